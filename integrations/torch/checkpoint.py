@@ -48,17 +48,22 @@ from .trainable_checkpoint import check_trainable_target, checked_trainable, loa
 from .training import SemiSparseLinear
 
 _PARTS = ("compressed", "bitmask", "shape")
+STORED_TYPES = {"bfloat16": "bf16", "float16": "f16"}
+"""The layer type (``weight_dtype``) of 16-bit stored values kept as they are."""
 
 
 @dataclass
 class LoadReport:
     """What :func:`load_sparse24_checkpoint` did: the names it put its layers under (a module
-    registered under several names: each), and the plain tensors the model lacks (``unexpected``)
-    or the checkpoint lacks (``missing``)."""
+    registered under several names: each), the plain tensors the model lacks (``unexpected``)
+    or the checkpoint lacks (``missing``), and the layers whose values it converted (``converted``)."""
 
     sparse: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)
+    converted: list[str] = field(default_factory=list)
+    """The checkpoint's layers whose stored values (F32, F64, or the other 16-bit type than the
+    model's) were converted to the model's 16-bit type (docs/torch.md, "The layer's type")."""
 
 
 def _layer_groups(names: set[str]) -> dict[str, str]:
@@ -171,6 +176,10 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
     decompresses them),
     on that module's device (the CPU for the meta device), under every name of that module; the
     other tensors load with ``load_state_dict`` (assigned, for a model built on the meta device).
+    A layer computes in the model's module's type where that is bf16 or f16, values of another type
+    (F32, F64, the other 16-bit type) converted to it as transformers' load_state_dict casts them
+    (``report.converted`` names those layers; before, f16 values in a bf16 model kept f16 and cast x
+    to it: inf beyond ±65504); a float32 or e4m3 module's: the stored 16-bit type, or bf16.
     ``strict``: raise SP0914 when the model lacks a tensor of the checkpoint or the checkpoint lacks
     one of the model's. A layer to replace that has hooks or its own forward
     (:func:`~.sparsify.own_behaviour`), or whose weight or bias is tied to another module's tensor
@@ -235,6 +244,9 @@ def load_sparse24_checkpoint(model: nn.Module, path: str | Path, *, strict: bool
             if trains:
                 check_trainable_target(module, name)
             layer = layers[id(module)] = sparse_layer(tensors, name, prefix, module, config, trains)
+        stored = tensors[f"{prefix}.compressed"].dtype
+        if stored.itemsize > 1 and STORED_TYPES.get(stored.name) != layer.weight_dtype:
+            report.converted.append(name)
         # (else a weight_scale of 16-bit values is left to load_state_dict: unexpected; a weight-only fp8 layer's
         # went into its dequantized values)
         if getattr(layer, "scale_w", None) is not None or (layer.weight_dtype != "e4m3"

@@ -45,18 +45,25 @@ def _device_of(module: nn.Module) -> torch.device:
     return torch.device("cpu") if tensor.device.type == "meta" else tensor.device
 
 
-def _layer_dtype(module: nn.Module) -> np.dtype:
-    """The 16-bit type wider (F32, F64) compressed values are converted to: the model's module's
-    weight type where it is bf16 or f16 (a SparseLinear's or SemiSparseLinear's values: its compute
-    type), else bf16 (sparsile's default), as compressed-tensors' decompressor leaves the stored
-    type and loading copies it into the model's parameter (nn.Linear's load_state_dict: a cast,
-    rounded to nearest even)."""
+def model_type(module: nn.Module) -> np.dtype | None:
+    """The 16-bit type of the model's ``module`` (an nn.Linear's or Conv1D's weight, a SparseLinear's or
+    SemiSparseLinear's values: its compute type) where it is bf16 or f16, else None (float32, e4m3)."""
     weight = module.values if isinstance(module, SparseLinear | SemiSparseLinear) else module.weight
-    return np.dtype(np.float16) if weight.dtype == torch.float16 else np.dtype(ml_dtypes.bfloat16)
+    return {torch.float16: np.dtype(np.float16), torch.bfloat16: np.dtype(ml_dtypes.bfloat16)}.get(weight.dtype)
+
+
+def _layer_dtype(module: nn.Module) -> np.dtype:
+    """The 16-bit type the checkpoint's values of another type (F32, F64; bf16 or f16 where the model's
+    is the other) are converted to: the model module's type where it is bf16 or f16 (:func:`model_type`),
+    else bf16 (sparsile's default), as compressed-tensors' decompressor leaves the stored type and
+    loading copies it into the model's parameter (nn.Linear's load_state_dict: a cast, rounded to
+    nearest even)."""
+    want = model_type(module)
+    return np.dtype(ml_dtypes.bfloat16) if want is None else want
 
 
 def _narrowed(compressed: np.ndarray, name: str, module: nn.Module) -> np.ndarray:
-    """F32 / F64 ``compressed`` values in the layer's 16-bit type (:func:`_layer_dtype`); SP0913 where
+    """``compressed`` values in the layer's 16-bit type (:func:`_layer_dtype`); SP0913 where
     that type would make finite values inf (f16 beyond ±65504; bf16 beyond its range too, which
     F64 values and the largest F32 ones exceed: before, refused in f16's words)."""
     want = _layer_dtype(module)
@@ -66,7 +73,7 @@ def _narrowed(compressed: np.ndarray, name: str, module: nn.Module) -> np.ndarra
     if big:
         f16 = want == np.float16
         kind = "f16" if f16 else "bf16"
-        help = ("build the model in bf16 (torch_dtype=torch.bfloat16): wider values are converted to the model's "
+        help = ("build the model in bf16 (torch_dtype=torch.bfloat16): the values are converted to the model's "
                 "dtype, and bf16 keeps float32's range" if f16 else
                 "scale the layer's weights into the bf16 range before writing them")
         raise IntegrationError(SP_CHECKPOINT_LAYER, f"layer {name}: the compressed values are {compressed.dtype}, "
@@ -220,8 +227,12 @@ def sparse_layer(tensors: dict[str, np.ndarray], name: str, prefix: str, module:
                                "transformers Conv1D's layout (in, out): a per-channel weight_scale of that weight "
                                "scales its inputs, which the fp8 kernel's scale (per output) cannot",
                                help="load a checkpoint of bf16 or f16 weights for a Conv1D layer")
-    wide = None  # (F32 / F64 values: a trainable layer's master weight keeps them where its type holds them)
-    if compressed.dtype in (np.float32, np.float64):  # (as compressed-tensors' loading: cast to the model's type)
+    wide = None  # (values converted: a trainable layer's master weight keeps them where its type holds them)
+    want = model_type(module)
+    if compressed.dtype in (np.float32, np.float64) or (
+            compressed.dtype in (np.float16, ml_dtypes.bfloat16) and want is not None and compressed.dtype != want):
+        # (as compressed-tensors' loading: the stored type decompressed, then cast into the model's parameter; f16
+        # values in a bf16 model kept f16, x cast to it: activations beyond ±65504 became inf without a word)
         wide, compressed = compressed, _narrowed(compressed, name, module)
     scale = tensors.get(f"{name}.weight_scale")
     if compressed.dtype == np.int8:

@@ -392,10 +392,17 @@ def _write_checkpoint(path, layer: dict[str, np.ndarray], bias: np.ndarray | Non
         "format": "sparse-24-bitmask", "sparsity_structure": "2:4", "targets": ["Linear"], "ignore": []}}}))
 
 
-def _model(rows: int, cols: int, bias: bool) -> torch.nn.Module:
+def _model(rows: int, cols: int, bias: bool, dtype: torch.dtype = torch.bfloat16) -> torch.nn.Module:
+    """A model whose ``proj`` is an nn.Linear in ``dtype`` (the stored 16-bit type: the loader converts
+    values of the other one to the model's, test_torch_checkpoint_dtype.py)."""
     model = torch.nn.Module()
-    model.proj = torch.nn.Linear(cols, rows, bias=bias).to(torch.bfloat16)
+    model.proj = torch.nn.Linear(cols, rows, bias=bias).to(dtype)
     return model
+
+
+def _stored(dense: np.ndarray) -> torch.dtype:
+    """The model type that keeps ``dense``'s 16-bit values as stored (f16 for f16, else bf16)."""
+    return torch.float16 if dense.dtype == np.float16 else torch.bfloat16
 
 
 def _load(path, dense: np.ndarray, mask: np.ndarray, bias: bool):
@@ -407,7 +414,7 @@ def _load(path, dense: np.ndarray, mask: np.ndarray, bias: bool):
         scale[scale == 0] = 0.25
     b = np.linspace(-1, 1, dense.shape[0]).astype(np.float32) if bias else None
     _write_checkpoint(path, layer, b, scale)
-    model = _model(*dense.shape, bias)
+    model = _model(*dense.shape, bias, _stored(dense))
     report = spt.load_sparse24_checkpoint(model, path)
     assert (report.sparse, report.missing, report.unexpected) == (["proj"], [], [])
     want = dense.astype(np.float32) * (1 if scale is None else scale)
@@ -470,7 +477,7 @@ def test_the_writer_s_file_is_the_independent_layout(tmp_path, weight, bias):
     for r in range(rows):
         dense_back[r][kept[r]] = values[r]
     np.testing.assert_array_equal(dense_back, dense.astype(np.float32))
-    fresh = _model(rows, cols, bias)
+    fresh = _model(rows, cols, bias, _stored(dense))
     spt.load_sparse24_checkpoint(fresh, out)
     np.testing.assert_array_equal(fresh.proj.to_dense().float().numpy(), want)
 
@@ -547,7 +554,7 @@ def test_a_layer_that_does_not_fit_together_is_refused_naming_it(tmp_path, case)
     model_cols = int(layer["shape"][1])  # a model as the .shape says: its own check cannot catch it
     want = _reading(layer, rows, model_cols)
     _write_checkpoint(tmp_path, layer)
-    model = _model(rows, model_cols, bias=False)
+    model = _model(rows, model_cols, bias=False, dtype=_stored(dense))
     if want is not None:
         spt.load_sparse24_checkpoint(model, tmp_path)
         np.testing.assert_array_equal(model.proj.to_dense().float().numpy(), want.astype(np.float32))
