@@ -118,7 +118,9 @@ def captures_under_way(ordinal: int | None = None) -> bool:
     if not _capture_streams:
         return False
     busy = False
-    for stream, device in tuple(_capture_streams.items()):  # (a snapshot: other threads note streams)
+    # a snapshot taken in one step (dict.copy): other threads note streams meanwhile; iterating the dict
+    # itself (tuple(d.items())) lets them in mid-iteration, at a garbage collection or on a free-threaded build
+    for stream, device in _capture_streams.copy().items():
         if ordinal is not None and device != ordinal:
             continue
         capturing = _IS_CAPTURING(stream)

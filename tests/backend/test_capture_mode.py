@@ -258,3 +258,37 @@ def test_without_noted_streams_the_driver_is_not_asked(monkeypatch):
     monkeypatch.setattr(capture_mode, "_capture_streams", {})
     monkeypatch.setattr(capture_mode, "_IS_CAPTURING", lambda stream: pytest.fail("asked"))
     assert not capture_mode.captures_under_way()
+
+
+def test_streams_noted_while_the_noted_streams_are_looked_at_break_nothing(monkeypatch):
+    """captures_under_way looks at a snapshot taken in one step (a dict copy, as the record cache takes
+    its snapshots), so another thread noting a stream meanwhile cannot break the look. Here the other
+    thread runs at each garbage collection (a switch of threads can happen there: a collection runs
+    finalizers, Python code), and a collection at every allocation: before, the look iterated the
+    dict while building a tuple of its items, whose allocations let the other thread add a stream
+    mid-iteration ("dictionary changed size during iteration"; a free-threaded Python can do that at
+    any time)."""
+    import gc
+
+    noted: dict[int, int] = {}
+    monkeypatch.setattr(capture_mode, "_capture_streams", noted)
+    asked: list[int] = []
+    monkeypatch.setattr(capture_mode, "_IS_CAPTURING", lambda stream: asked.append(stream) or stream == 0x90)
+    for k in range(64):  # (one torch capture stream a device and priority, several devices)
+        capture_mode.note_capture_stream(0x1000 + 2 * k + 1, k % 8)
+    late = iter(range(0x5001, 0x5001 + 2 * 4096, 2))
+
+    def other_thread(phase: str, info: dict) -> None:
+        if phase == "start":
+            capture_mode.note_capture_stream(next(late), 0)
+
+    old = gc.get_threshold()
+    gc.callbacks.append(other_thread)
+    gc.set_threshold(1)
+    try:
+        busy = capture_mode.captures_under_way()
+    finally:
+        gc.set_threshold(*old)
+        gc.callbacks.remove(other_thread)
+    assert not busy and len(asked) >= 64 and set(range(0x1001, 0x1001 + 128, 2)) <= set(asked)
+    assert len(noted) > 64  # (the other thread's streams are kept, for the next look)
