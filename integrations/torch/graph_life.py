@@ -65,7 +65,6 @@ _CAPTURE_GRAPH: Callable[[int], int | None] = _cuda_capture_graph
 _RELEASES: Callable[[], GraphReleases | None] = graph_releases
 _ALLOCATOR_BACKEND: Callable[[], str] = _torch_allocator_backend
 _NATIVE_STREAM: Callable[[int], int | None] = _torch_native_stream
-_seen_streams: set[int] = set()  # the capture streams already noted (one torch call each, then a set look)
 
 
 def saw_capture(device: int) -> None:
@@ -73,10 +72,12 @@ def saw_capture(device: int) -> None:
     where torch owns it, as a capture stream (backend/runtime/capture_mode.py): the records planned
     in this capture have their tensors allocated on it, a later capture (another thread's) on it is
     then seen by :func:`may_drop_records`, and ``runtime.synchronize`` refuses while it captures.
-    Called only inside captures (a few µs, never on the eager fast path)."""
+    Called only inside captures (one torch call and a dict look, never on the eager fast path). Noted
+    again at each call: capture_mode forgets a stream the driver gave no answer about, and torch's own
+    streams live on, so the next capture there notes it anew (no set of its own here that would keep
+    it from being noted again)."""
     stream = _NATIVE_STREAM(device)
-    if stream is not None and stream not in _seen_streams:
-        _seen_streams.add(stream)
+    if stream is not None:
         note_capture_stream(stream, device)
 
 

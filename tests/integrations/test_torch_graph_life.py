@@ -700,7 +700,6 @@ def other_captures(monkeypatch) -> set[int]:
     streams: set[int] = set()
     monkeypatch.setattr(capture_mode, "_capture_streams", {})
     monkeypatch.setattr(capture_mode, "_IS_CAPTURING", lambda stream: stream in streams)
-    monkeypatch.setattr(graph_life, "_seen_streams", set())
     monkeypatch.setattr(graph_life, "_NATIVE_STREAM", lambda device: 7)
     return streams
 
@@ -748,3 +747,49 @@ def test_only_torch_s_own_streams_are_noted_as_capture_streams(fake, graphs, mon
     monkeypatch.setattr(graph_life, "_NATIVE_STREAM", lambda device: 7)
     _captured_once(fake, monkeypatch)
     assert capture_mode._capture_streams == {7: -1}  # (x on the CPU here: device -1)
+
+
+def test_a_capture_stream_forgotten_after_a_look_without_answer_is_noted_again_by_its_next_capture(
+        fake, graphs, monkeypatch, other_captures):
+    """The driver gave no answer about torch's capture stream 7 once (capture_mode forgets such a
+    stream): the next sparsile call in a capture on stream 7 notes it again, so that a later capture
+    there (thread B's) is seen again, and an eager collect under cudaMallocAsync waits for it. Before,
+    graph_life kept its own set of the streams it had noted and never noted stream 7 again: B's
+    capture went unseen and the eager call dropped the record (its frees captured into B's graph)."""
+    from sparsile.backend.runtime import capture_mode
+
+    monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: "cudaMallocAsync")
+    cache, w, x, captured = _captured_once(fake, monkeypatch)
+    assert capture_mode._capture_streams == {7: -1}
+    monkeypatch.setattr(capture_mode, "_IS_CAPTURING", lambda stream: None)  # (no answer, once)
+    assert capture_mode.captures_under_way() and capture_mode._capture_streams == {}
+    monkeypatch.setattr(capture_mode, "_IS_CAPTURING", lambda stream: stream in other_captures)
+    _capture(fake, monkeypatch, 32)  # a later capture of this thread on stream 7
+    _call(cache, w, x)
+    _capture(fake, monkeypatch, None)
+    assert capture_mode._capture_streams == {7: -1}
+    graphs.destroy(1031)
+    other_captures.add(7)  # thread B's capture on stream 7
+    _call(cache, w, x)
+    assert cache.records[(*KEY, 7, ("capture", 31))] is captured() and id(captured()) in cache.tied
+    other_captures.clear()
+    _call(cache, w, x)
+    assert (*KEY, 7, ("capture", 31)) not in cache.records and id(captured() or 0) not in cache.tied
+
+
+@pytest.mark.parametrize(("stream_id", "handle", "noted"), [
+    ((3 << 5) | (1 << 1) | 1, 0x7F00_0000_1200, True),  # a pool stream (index 3, priority type 1): torch's own
+    ((0 << 5) | (2 << 1) | 1, 0x7F00_0000_3400, True),   # a high-priority pool stream
+    (0x7F00_0000_5600, 0x7F00_0000_5600, False),        # torch.cuda.ExternalStream: its id is the handle (even)
+    (0, 0, False),                                       # the default (legacy) stream
+])
+def test_only_a_torch_pool_stream_s_handle_is_taken_for_a_capture_stream(monkeypatch, stream_id, handle, noted):
+    """graph_life's reading of torch's stream ids (c10/cuda/CUDAStream.cpp, "StreamId assignment": a
+    native stream's id ends in a 1 bit, an external stream's id is its cudaStream_t pointer, even; the
+    default stream's id is 0): only a pool stream, which torch never destroys, is noted; an external
+    stream, which its owner may destroy before the driver is asked about it, is not."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda device=None: SimpleNamespace(stream_id=stream_id, cuda_stream=handle))
+    assert graph_life._torch_native_stream(0) == (handle if noted else None)
