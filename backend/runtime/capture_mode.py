@@ -51,7 +51,7 @@ from contextlib import contextmanager
 from cuda.bindings import driver
 
 THREAD_LOCAL = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-_CAPTURE_ACTIVE = driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
+_CAPTURE_NONE = driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 _capture_streams: dict[int, int] = {}
 """Stream handles known to have captured (:func:`note_capture_stream`) -> their device ordinal."""
 _available = True
@@ -98,13 +98,14 @@ def note_capture_stream(stream: int, ordinal: int) -> None:
 
 
 def _stream_capturing(stream: int) -> bool | None:
-    """Whether a capture on ``stream`` is active (``cuStreamIsCapturing``); None where the driver
-    does not say."""
+    """Whether ``stream`` is in a capture (``cuStreamIsCapturing``): active, or invalidated by an error
+    but not ended yet (the driver's documentation: the stream is unusable until ``cuStreamEndCapture``);
+    None where the driver does not say."""
     try:
         err, status = driver.cuStreamIsCapturing(driver.CUstream(stream))
     except Exception:
         return None
-    return status == _CAPTURE_ACTIVE if err == driver.CUresult.CUDA_SUCCESS else None
+    return status != _CAPTURE_NONE if err == driver.CUresult.CUDA_SUCCESS else None
 
 
 _IS_CAPTURING: Callable[[int], bool | None] = _stream_capturing

@@ -292,3 +292,24 @@ def test_streams_noted_while_the_noted_streams_are_looked_at_break_nothing(monke
         gc.callbacks.remove(other_thread)
     assert not busy and len(asked) >= 64 and set(range(0x1001, 0x1001 + 128, 2)) <= set(asked)
     assert len(noted) > 64  # (the other thread's streams are kept, for the next look)
+
+
+@pytest.mark.parametrize(("status", "capturing"), [
+    (driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE, False),
+    (driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE, True),
+    # invalidated (an error in the capture) but not yet ended: the driver's documentation says the stream is
+    # not usable until cuStreamEndCapture, so a synchronize of the device or a free on it must still wait
+    (driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_INVALIDATED, True),
+])
+def test_a_stream_counts_as_capturing_until_its_capture_has_ended(monkeypatch, status, capturing):
+    """What the driver's cuStreamIsCapturing answers, read by captures_under_way: a stream whose capture
+    was invalidated is still in capture until it is ended. Before, only ACTIVE counted: a device
+    synchronize (or an eager collect's cudaFreeAsync on that stream) went ahead into the invalidated
+    capture, failing there instead of SP0752 (or waiting)."""
+    asked = []
+    monkeypatch.setattr(driver, "cuStreamIsCapturing",
+                        lambda stream: asked.append(int(stream)) or (driver.CUresult.CUDA_SUCCESS, status))
+    monkeypatch.setattr(capture_mode, "_capture_streams", {})
+    capture_mode.note_capture_stream(0x71, 0)
+    assert capture_mode.captures_under_way(0) is capturing and asked == [0x71]
+    assert capture_mode._capture_streams == {0x71: 0}  # (an answer: kept)
