@@ -184,7 +184,7 @@ def integer_op(op: str, v: list[np.ndarray], active: np.ndarray) -> np.ndarray:
         return wrap(np.where(signed(v[2], 32) >= 0, v[0], v[1]), type_bits(".".join(parts[:2])))
     bits = type_bits(op)
     is_signed = parts[-1][0] == "s"
-    if base in ("mov", "cvta") and len(parts) <= 2:
+    if (base == "mov" and len(parts) == 2) or base == "cvta":  # (cvta: generic and global addresses agree)
         return wrap(v[0], bits)
     if base in ("not", "neg", "abs", "popc", "clz", "brev") and len(parts) == 2:
         return _unary(base, v[0], bits, is_signed)
