@@ -60,7 +60,7 @@ class _Read:
     def __init__(self, fetch: Callable[[], Any], where: tuple[Any, ...], obj: Any,
                  globs: dict[str, Any] | None = None):
         self.ident: tuple[Any, ...] = ()
-        self.globs = globs  # a module's dict, for a global read (checked together with its module's others)
+        self.globs = globs  # the dict read (a module's, or a function's annotations): checked inline by name
         self.fetch = fetch
         self.where = where
         self.obj = obj
@@ -165,6 +165,8 @@ def _describe(where: tuple[Any, ...]) -> str:
         return f"closure variable `{where[2]}` of `{where[1]}`"
     if kind == "default":
         return f"the default of parameter `{where[2]}` of `{where[1]}`"
+    if kind == "defaults":
+        return f"the parameter defaults of `{where[1]}`"
     if kind == "annotation":
         return f"the annotation of parameter `{where[2]}` of `{where[1]}`"
     return f"attribute `{where[2]}` of {where[1][0]} {where[1][1]}"
@@ -254,8 +256,15 @@ class PythonGlobals:
         if value is MISSING:
             return MISSING
         if getattr(_state, "stack", None):
-            _note(("default", id(f), name), lambda: _Read(lambda: _python_defaults(f).get(name, MISSING),
-                                                          ("default", self.where, name), value))
+            # Checked at every launch, so each read is a C call and an identity test: the tuple of
+            # positional defaults as a whole, a keyword-only default in its dict (as a global).
+            kwdefaults = f.__kwdefaults__
+            if kwdefaults is not None and name in kwdefaults:
+                _note(("default", id(f), name), lambda: _Read(functools.partial(kwdefaults.get, name, MISSING),
+                                                              ("default", self.where, name), value, kwdefaults))
+            else:
+                _note(("defaults", id(f)), lambda: _Read(functools.partial(getattr, f, "__defaults__"),
+                                                         ("defaults", self.where, ""), f.__defaults__))
         return self._wrap(value)
 
     def python_annotation(self, name: str) -> Any:
@@ -271,9 +280,10 @@ class PythonGlobals:
         value = _python_annotations(f).get(name, MISSING)
         if value is MISSING or isinstance(value, str) or _builtin_type(value):
             return MISSING
-        if getattr(_state, "stack", None):
-            _note(("annotation", id(f), name), lambda: _Read(lambda: _python_annotations(f).get(name, MISSING),
-                                                             ("annotation", self.where, name), value))
+        if getattr(_state, "stack", None):  # checked inline at every launch, as a global is
+            annotations = _python_annotations(f)
+            _note(("annotation", id(f), name), lambda: _Read(functools.partial(annotations.get, name, MISSING),
+                                                             ("annotation", self.where, name), value, annotations))
         return self._wrap(value)
 
     def annotation_resolver(self) -> Callable[[str], Any]:
