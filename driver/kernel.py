@@ -43,7 +43,7 @@ from ..frontend.sema.specialize import (
     none_pointer,
     specialize_memo,
 )
-from ..frontend.sema.type_ctors import annotation_help
+from ..frontend.sema.type_ctors import InvalidAnnotation, annotation_help
 from ..frontend.sema.values import Const, HelperFunction
 from ..frontend.spans import UNKNOWN_SPAN
 from ..frontend.syntax import ast as A
@@ -210,6 +210,9 @@ class Kernel:
                          else _python_value(v))
                 except CompileError as e:
                     errors.extend(e.diagnostics)
+                    continue
+                if isinstance(v, InvalidAnnotation):  # Python's `ptr[...]` of a nested function: its reason
+                    errors.append(Diagnostic("SP0302", v.message, p.annotation.span))
                     continue
                 if not isinstance(v, T.Type):
                     errors.append(Diagnostic("SP0302", f"the annotation of `{p.name}` must be a type such as "

@@ -1,6 +1,7 @@
 """Python's defaults and annotations of a ``@sparsile.jit`` function nested in a function or class
 body (frontend/sema/captures.py): their captured reads are checked at every launch as cheaply as a
-module global's (no Python-level call), and they still notice a changed value."""
+module global's (no Python-level call), they still notice a changed value, and an invalid
+``ptr[...]`` that Python evaluated is reported with its reason, as at module level."""
 
 from __future__ import annotations
 
@@ -96,3 +97,40 @@ def test_a_changed_python_default_or_annotation_recompiles(tmp_path) -> None:
     with pytest.raises(sp.LaunchError) as info:
         kernel.interpret[(1,)](x, np.full(16, np.nan, np.float32), 16, 1.5)
     assert info.value.code == "SP0703"
+
+
+INVALID = '''
+import sparsile as sp
+
+
+{indent}@sp.jit
+{indent}def k(x: {annotation}):
+{indent}    pass
+'''
+
+
+@pytest.mark.parametrize("annotation, message", [
+    ("sp.ptr[sp.f32, 2]", "`ptr[...]` takes one scalar element type, e.g. `ptr[f32]`"),
+    ("sp.ptr[int]", "`ptr[...]` takes one scalar element type, e.g. `ptr[f32]`"),
+    ("sp.tensor[sp.f16, 9]", "a tensor's rank must be 1 to 5 (the TMA limit), found 9"),
+    ("sp.tensor[sp.f16, 2.0]", "`tensor[...]` takes an element type and a rank, e.g. `tensor[f16, 2]`"),
+])
+@pytest.mark.parametrize("where", ["module", "function", "class"])
+def test_an_invalid_type_annotation_says_why_wherever_the_kernel_is(tmp_path, annotation: str, message: str,
+                                                                    where: str) -> None:
+    # A nested function's Python-evaluated `ptr[...]` was "must be a type such as ..., found a
+    # Python `InvalidAnnotation` object".
+    indent = {"module": "", "function": "    ", "class": "    "}[where]
+    text = INVALID.format(indent=indent, annotation=annotation)
+    if where == "function":
+        text = text.replace("\n\n\n    @sp.jit", "\n\n\ndef make():\n    @sp.jit") + "    return k\n"
+    elif where == "class":
+        text = text.replace("\n\n\n    @sp.jit", "\n\n\nclass K:\n    @staticmethod\n    @sp.jit")
+    module = import_source(text, tmp_path, "invalid_annotation")
+    kernel = {"module": lambda: module.k, "function": lambda: module.make(), "class": lambda: module.K.k}[where]()
+    with pytest.raises(sp.CompileError) as info:
+        kernel.params  # noqa: B018
+    d = info.value.diagnostics[0]
+    assert (d.code, d.message, d.help) == ("SP0302", message, None)
+    line = next(n for n, s in enumerate(text.splitlines(), 1) if "def k(" in s)
+    assert (d.span.file_line, d.span.file_col) == (line, text.splitlines()[line - 1].index("sp.") + 1)
