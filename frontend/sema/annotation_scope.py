@@ -10,7 +10,7 @@ name bound in an enclosing function (outside the closure) or class body has no v
 name), never the module's value of the same name.
 
 Which scope binds a name is read from the module's symbol table (:mod:`symtable`), as Python's
-compiler decides it.
+compiler decides it, when the kernel is made (with its own source; once per ``def``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import __future__
 
 import inspect
 import symtable
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -35,10 +36,12 @@ def keeps_annotations_as_text(f: Any) -> bool:
 
 class EnclosingScopes:
     """The function and class scopes around a nested function's ``def``, innermost last, read
-    from its module's source once (empty when the source or the ``def`` cannot be found)."""
+    from its module's source when the kernel is made, as the kernel's own source is (empty when the
+    source or the ``def`` cannot be found): a source file edited before the first compile must not
+    change them."""
 
     def __init__(self, f: Any):
-        self._scopes: list[symtable.SymbolTable] | None = None
+        self._scopes = enclosing_tables(f)
         self._function = f
         self._memo: dict[str, tuple[str, str] | None] = {}
 
@@ -46,8 +49,6 @@ class EnclosingScopes:
         """(``"function"`` or ``"class"``, scope name) of the enclosing scope that binds ``name``
         where an annotation of the ``def`` reads it; None when it is the module's (or a builtin)."""
         if name not in self._memo:
-            if self._scopes is None:
-                self._scopes = _enclosing_tables(self._function)
             self._memo[name] = _binding(self._scopes, name)
         return self._memo[name]
 
@@ -56,6 +57,21 @@ class EnclosingScopes:
         """The name of the function or class body the ``def`` is in."""
         parts = [p for p in str(self._function.__qualname__).split(".") if p != "<locals>"]
         return parts[-2] if len(parts) > 1 else "?"
+
+
+_TABLES: weakref.WeakKeyDictionary[Any, list[symtable.SymbolTable]] = weakref.WeakKeyDictionary()
+"""Code object -> :func:`enclosing_tables` of its functions: the module is read once per ``def``,
+not at each call of a function that makes a kernel."""
+
+
+def enclosing_tables(f: Any) -> list[symtable.SymbolTable]:
+    """The symbol tables of the scopes around ``f``'s ``def``, outermost first, module excluded;
+    read once per code object (the first kernel made from it)."""
+    code = f.__code__
+    tables = _TABLES.get(code)
+    if tables is None:
+        tables = _TABLES[code] = _enclosing_tables(f)
+    return tables
 
 
 def _enclosing_tables(f: Any) -> list[symtable.SymbolTable]:

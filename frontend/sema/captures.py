@@ -239,10 +239,12 @@ class PythonGlobals:
         self.module = str(self.globs.get("__name__", "?"))
         self._wrap = wrap
         self._function = f
-        self._annotation_names: AnnotationNames | None = None
         self.nested = "." in self.where
         """Whether the function is defined in another function or a class body: Python evaluated its
         parameter defaults and annotations there, in a scope no kernel can read again (:meth:`python_default`)."""
+        self._annotation_names: AnnotationNames | None = None
+        if self.nested and keeps_annotations_as_text(f):  # read now, with the source (annotation_scope.py)
+            self._annotation_names = AnnotationNames(self, f, self.closure)
 
     def python_default(self, name: str) -> Any:
         """The default of parameter ``name`` as Python evaluated it when the ``def`` ran, wrapped
@@ -290,11 +292,7 @@ class PythonGlobals:
         """How the names of an annotation's source text resolve: as the body's (this resolver),
         except in a nested function compiled under ``from __future__ import annotations``, whose
         annotations may name what only the enclosing scope had (frontend/sema/annotation_scope.py)."""
-        if not (self.nested and keeps_annotations_as_text(self._function)):
-            return self
-        if self._annotation_names is None:  # made once: it reads the module's symbol table
-            self._annotation_names = AnnotationNames(self, self._function, self.closure)
-        return self._annotation_names
+        return self if self._annotation_names is None else self._annotation_names
 
     def __call__(self, name: str) -> Any:
         cell = self.closure.get(name)

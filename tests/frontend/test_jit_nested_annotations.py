@@ -214,3 +214,21 @@ def test_a_nested_helpers_annotation_is_read_where_python_reads_it(tmp_path, fut
         assert d.code == "SP0201" and d.message == "`n` of `h` is constexpr but received a run-time value of type i32"
         assert (d.span.file_line, d.span.file_col) == _at(text, "h(sp.load", "h(sp.load")
     assert np.isnan(out).all()
+
+
+def test_a_source_file_edited_before_the_first_compile_does_not_change_the_enclosing_scopes(tmp_path) -> None:
+    # The module's symbol table was read at the first compile: lines added above `make` after the
+    # kernel was made hid `make`'s T, and the module's T = f16 was taken silently.
+    module = import_source(FUTURE_ANNOTATIONS, tmp_path, "future_annotations")
+    kernel = module.make(sp.f32)
+    path = tmp_path / f"{module.__name__}.py"
+    path.write_text("# edited\n" * 5 + FUTURE_ANNOTATIONS)
+    x, out = _data(np.float16, 9)
+    with pytest.raises(sp.CompileError) as info:
+        kernel.interpret[(1,)](x, out)
+    d = info.value.diagnostics[0]
+    assert d.code == "SP0202"
+    assert d.message == ("`T` in the annotation of a kernel defined in `make` is a variable of `make`, which "
+                         "`from __future__ import annotations` leaves unevaluated")
+    assert (d.span.file_line, d.span.file_col) == _at(FUTURE_ANNOTATIONS, "def k(x: sp.ptr[T]", "T]")
+    assert np.isnan(out).all()
