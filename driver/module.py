@@ -306,10 +306,14 @@ def jit(fn: Callable[..., Any] | None = None, **options: Any) -> Any:
                                                 "@sparsile.jit once")])
         if isinstance(f, functools.partial):
             raise CompileError([_partial_diagnostic(f)])
+        if isinstance(f, type):  # (its source can be read: a class has no code to compile)
+            raise CompileError([Diagnostic("SP0241", f"@sparsile.jit wraps a Python function; `{f.__qualname__}` is "
+                                           "a class", help="decorate a `def` with @sparsile.jit: a kernel is a "
+                                                           "function, launched as `kernel[grid](...)`")])
         try:
             src = inspect.getsource(f)
             filename = inspect.getsourcefile(f) or "<unknown>"
-        except (OSError, TypeError) as e:
+        except (OSError, TypeError, ValueError) as e:  # (ValueError: a __wrapped__ loop)
             _check_not_a_method(f, None, static, bound)
             raise CompileError([Diagnostic("SP0241", f"cannot read the source of `{getattr(f, '__name__', f)}`: {e}",
                                            help="define kernels in a file, or use sparsile.loads(text)")]) from None

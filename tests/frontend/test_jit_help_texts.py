@@ -169,3 +169,43 @@ def test_the_no_gpu_launch_help_names_the_kernel(tmp_path) -> None:
     assert info.value.help == ("run it on the CPU with `k.interpret[grid](...)`, or compile it ahead of time (no GPU "
                                "needed) with `k.compile(...)`")
     assert np.isnan(out).all()
+
+
+class _NotAKernel:  # (a class sp.jit is given)
+    pass
+
+
+def _wrapping(f):  # a decorator below @sparsile.jit that wraps what it is given
+    @functools.wraps(f)
+    def wrapper(*args):
+        return f(*args)
+
+    return wrapper
+
+
+@pytest.mark.parametrize("given", [_NotAKernel, _wrapping(_NotAKernel)], ids=["class", "wrapped class"])
+def test_jit_of_a_class_says_it_wraps_a_function(given) -> None:
+    # A Python AttributeError ("type object '_NotAKernel' has no attribute '__code__'"); under a
+    # functools.wraps decorator it was SP0113 "`class` definitions are not supported in kernels".
+    with pytest.raises(sp.CompileError) as info:
+        sp.jit(given)
+    d = info.value.diagnostics[0]
+    assert d.code == "SP0241"
+    assert d.message == "@sparsile.jit wraps a Python function; `_NotAKernel` is a class"
+    assert d.span.line == 0
+    assert d.help == "decorate a `def` with @sparsile.jit: a kernel is a function, launched as `kernel[grid](...)`"
+
+
+def test_jit_of_a_function_whose_wrapped_chain_loops_cannot_read_its_source() -> None:
+    # inspect.getsource's ValueError "wrapper loop when unwrapping ..." escaped.
+    def looped(x):
+        return x
+
+    looped.__wrapped__ = looped
+    with pytest.raises(sp.CompileError) as info:
+        sp.jit(looped)
+    d = info.value.diagnostics[0]
+    assert d.code == "SP0241"
+    assert d.message.startswith("cannot read the source of `looped`: wrapper loop when unwrapping")
+    assert d.span.line == 0
+    assert d.help == "define kernels in a file, or use sparsile.loads(text)"
