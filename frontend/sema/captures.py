@@ -243,7 +243,8 @@ class PythonGlobals:
         """Whether the function is defined in another function or a class body: Python evaluated its
         parameter defaults and annotations there, in a scope no kernel can read again (:meth:`python_default`)."""
         self._annotation_names: AnnotationNames | None = None
-        if self.nested and keeps_annotations_as_text(f):  # read now, with the source (annotation_scope.py)
+        if self.nested and keeps_annotations_as_text(f) and any(k != "return" for k in _python_annotations(f)):
+            # the enclosing scopes are read now, with the kernel's source (annotation_scope.py)
             self._annotation_names = AnnotationNames(self, f, self.closure)
 
     def python_default(self, name: str) -> Any:
