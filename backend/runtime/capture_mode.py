@@ -21,7 +21,8 @@ happen inside the thread's own capture, unseen by the graph).
 
 The synchronizing calls of a :class:`~.memory.DeviceBuffer` (``copy_from_host``, ``copy_to_host``:
 a copy on the caller's stream and ``cuStreamSynchronize`` of that stream; ``fill_byte``: a memset
-and ``cuStreamSynchronize`` of the legacy default stream) run under :func:`thread_local_capture_mode`
+and ``cuStreamSynchronize`` of the legacy default stream; ``fill_byte(value, stream=)``: a
+``cuMemsetD8Async`` on that stream, no synchronize) run under :func:`thread_local_capture_mode`
 too. The driver's documentation of ``cuThreadExchangeStreamCaptureMode`` makes them "potentially
 unsafe" calls, which only the mode forbids: in ``THREAD_LOCAL`` mode "concurrent capture sequences in
 other threads are ignored", and they touch no stream another thread captures, so they are not calls

@@ -72,13 +72,7 @@ class DeviceBuffer:
         array = np.ascontiguousarray(array)
         if array.nbytes > self.nbytes:
             raise LaunchError(ARG_SHAPE, f"cannot copy {array.nbytes} bytes into a {self.nbytes}-byte buffer")
-        handle = stream_handle(stream)
-        # THREAD_LOCAL capture mode: the copy and the synchronize of the caller's stream neither fail nor
-        # invalidate another thread's global-mode capture (capture_mode.py); this thread's own capture refuses them
-        with thread_local_capture_mode(), context_of(self._state):
-            check("cuMemcpyHtoDAsync",
-                  driver.cuMemcpyHtoDAsync(self.ptr, array.ctypes.data, array.nbytes, handle))
-            check("cuStreamSynchronize", driver.cuStreamSynchronize(handle))
+        copy_host_to_device(self.ptr, array, stream, self.device)
 
     def copy_to_host(self, out: np.ndarray | None = None, stream: Any = None) -> np.ndarray:
         """Copy to ``out`` (or a new array of the buffer's dtype and shape) and synchronize."""
@@ -88,22 +82,25 @@ class DeviceBuffer:
         if not out.flags.c_contiguous or not out.flags.writeable or out.nbytes > self.nbytes:
             raise LaunchError(ARG_SHAPE, "copy_to_host needs a writable C-contiguous array of at most "
                               f"{self.nbytes} bytes")
-        handle = stream_handle(stream)
-        with thread_local_capture_mode(), context_of(self._state):  # (as copy_from_host)
-            check("cuMemcpyDtoHAsync", driver.cuMemcpyDtoHAsync(out.ctypes.data, self.ptr, out.nbytes, handle))
-            check("cuStreamSynchronize", driver.cuStreamSynchronize(handle))
+        copy_device_to_host(self.ptr, out, stream, self.device)
         return out
 
     to_numpy = copy_to_host
 
-    def fill_byte(self, value: int) -> None:
-        """Set every byte to ``value`` (poisoning outputs in tests) and wait for it: the memset runs on
-        the legacy default stream, which is synchronized (not the whole device: that would invalidate
-        another thread's CUDA graph capture in any mode; in THREAD_LOCAL mode this call does not,
-        capture_mode.py)."""
-        with thread_local_capture_mode(), context_of(self._state):
-            check("cuMemsetD8", driver.cuMemsetD8(self.ptr, value & 0xFF, max(self.nbytes, 1)))
-            check("cuStreamSynchronize", driver.cuStreamSynchronize(0))
+    def fill_byte(self, value: int, stream: Any = None) -> None:
+        """Set every byte to ``value``. Without ``stream`` (poisoning outputs in tests) the memset
+        runs on the legacy default stream, which is then synchronized (not the whole device: that
+        would invalidate another thread's CUDA graph capture in any mode; in THREAD_LOCAL mode this
+        call does not, capture_mode.py). With ``stream`` (a handle or stream object, as a launch's
+        ``stream=``; 0 is the legacy default stream) the memset is queued on that stream, ordered
+        after the work queued there before and before the work queued after, and not waited for
+        (the autotuner's ``reset_to_zero``, docs/autotune.md)."""
+        if stream is None:
+            with thread_local_capture_mode(), context_of(self._state):
+                check("cuMemsetD8", driver.cuMemsetD8(self.ptr, value & 0xFF, max(self.nbytes, 1)))
+                check("cuStreamSynchronize", driver.cuStreamSynchronize(0))
+        else:
+            fill_device_bytes(self.ptr, self.nbytes, value, stream, self.device)
 
     def free(self) -> None:
         """Free the memory now (the buffer must not be used afterwards)."""
@@ -143,6 +140,37 @@ class DeviceBuffer:
     def __repr__(self) -> str:
         return f"DeviceBuffer({self.nbytes} bytes at {self.ptr:#x} on cuda:{self.device}, " \
                f"dtype={self.dtype}, shape={self.shape})"
+
+
+def copy_host_to_device(ptr: int, array: np.ndarray, stream: Any = None, device: int | None = None) -> None:
+    """Copy the C-contiguous host ``array`` to device memory at ``ptr`` (of GPU ``device``; None:
+    the current one) on ``stream`` (None: the legacy default stream) and wait for that stream."""
+    handle = stream_handle(stream)
+    # THREAD_LOCAL capture mode: the copy and the synchronize of the caller's stream neither fail nor
+    # invalidate another thread's global-mode capture (capture_mode.py); this thread's own capture refuses them
+    with thread_local_capture_mode(), context_of(device_state(device)):
+        check("cuMemcpyHtoDAsync", driver.cuMemcpyHtoDAsync(ptr, array.ctypes.data, array.nbytes, handle))
+        check("cuStreamSynchronize", driver.cuStreamSynchronize(handle))
+
+
+def copy_device_to_host(ptr: int, out: np.ndarray, stream: Any = None, device: int | None = None) -> None:
+    """Copy ``out.nbytes`` bytes of device memory at ``ptr`` (of GPU ``device``; None: the current
+    one) into the C-contiguous ``out`` on ``stream`` (None: the legacy default stream) and wait for
+    that stream."""
+    handle = stream_handle(stream)
+    with thread_local_capture_mode(), context_of(device_state(device)):  # (as copy_host_to_device)
+        check("cuMemcpyDtoHAsync", driver.cuMemcpyDtoHAsync(out.ctypes.data, ptr, out.nbytes, handle))
+        check("cuStreamSynchronize", driver.cuStreamSynchronize(handle))
+
+
+def fill_device_bytes(ptr: int, nbytes: int, value: int, stream: Any, device: int | None = None) -> None:
+    """Queue a memset of ``nbytes`` bytes at ``ptr`` (of GPU ``device``; None: the current one) to
+    ``value`` on ``stream`` (a handle or stream object; None or 0: the legacy default stream),
+    ``cuMemsetD8Async``: ordered with the stream's other work, not waited for. In THREAD_LOCAL
+    capture mode, as the copies (capture_mode.py)."""
+    handle = stream_handle(stream)
+    with thread_local_capture_mode(), context_of(device_state(device)):
+        check("cuMemsetD8Async", driver.cuMemsetD8Async(ptr, value & 0xFF, max(nbytes, 1), handle))
 
 
 def _describe_device_buffer(buf: DeviceBuffer, stream: int) -> ArrayInfo:

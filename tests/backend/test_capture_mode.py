@@ -213,6 +213,30 @@ def test_a_device_buffer_s_copies_and_fill_synchronize_in_thread_local_mode(monk
 
 
 @pytest.mark.skipif(runtime.has_gpu(), reason="the fake driver is for machines without a GPU")
+@pytest.mark.parametrize("stream", [7, 0])
+def test_fill_byte_on_a_stream_queues_the_memset_there_and_does_not_wait(monkeypatch, modes, stream):
+    """fill_byte(value, stream=) (the autotuner's reset_to_zero) queues cuMemsetD8Async on that stream,
+    in THREAD_LOCAL mode, and synchronizes nothing: the launch queued after it on the same stream is
+    ordered after it, and a kernel still running there from before is not raced. 0 is the legacy
+    default stream, still asynchronous. Without stream= it is as before (memset, then the legacy
+    stream synchronized). Before, there was no stream= at all."""
+    fake = FakeDriver(monkeypatch)
+    buf = memory.DeviceBuffer(16, dtype="f32", shape=(4,))
+    seen = _spied(monkeypatch, modes, ("cuMemsetD8", "cuMemsetD8Async", "cuStreamSynchronize", "cuCtxSynchronize"))
+    fake.calls.clear()
+    buf.fill_byte(0x1AB, stream=stream)
+    assert seen == [("cuMemsetD8Async", THREAD_LOCAL)]
+    (name, (ptr, value, nbytes, handle)), = [c for c in fake.calls if c[0].startswith("cuMemset")]
+    assert (name, int(ptr), value, nbytes, int(handle)) == ("cuMemsetD8Async", buf.ptr, 0xAB, 16, stream)
+    assert bytes(fake.memory[buf.ptr]) == b"\xab" * 16
+    assert modes.mode() == GLOBAL
+    seen.clear()
+    buf.fill_byte(0)
+    assert seen == [("cuMemsetD8", THREAD_LOCAL), ("cuStreamSynchronize", THREAD_LOCAL)]
+    assert bytes(fake.memory[buf.ptr]) == bytes(16)
+
+
+@pytest.mark.skipif(runtime.has_gpu(), reason="the fake driver is for machines without a GPU")
 def test_synchronize_refuses_while_a_noted_stream_of_its_device_captures(monkeypatch, modes, noted):
     """runtime.synchronize() while a stream noted as a capture stream of its device captures: SP0752 and no
     cuCtxSynchronize (which would invalidate that capture, in any mode); a noted stream of another device,

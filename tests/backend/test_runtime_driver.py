@@ -82,6 +82,7 @@ class FakeDriver:
             "cuMemcpyHtoDAsync": self.htod,
             "cuMemcpyDtoHAsync": self.dtoh,
             "cuMemsetD8": self.memset,
+            "cuMemsetD8Async": lambda dst, value, n, stream: self.memset(dst, value, n),
             "cuStreamSynchronize": lambda stream: (OK,),
             "cuPointerGetAttribute": lambda attr, ptr: (OK, 0),
             "cuEventCreate": lambda flags: (OK, driver.CUevent(0xE0)),
