@@ -32,6 +32,7 @@ from ..frontend.diagnostics import CompileError, LaunchError
 from ..frontend.ir import types as T
 from ..frontend.sema.specialize import bind_arguments
 from .array_devices import launch_device, several_gpus
+from .autotune_arrays import hook_stream, launch_stream, snapshot, zero
 from .autotune_cache import TuningFile, identity_hash, key_string, load_table, table_choice, tuning_path
 from .kernel import (
     KERNEL_OPTIONS,
@@ -271,7 +272,9 @@ class Autotuner:
     def _launch(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], stream: Any) -> None:
         config = self.choose(grid, args, kwargs, stream)
         if config.pre_hook is not None:
-            config.pre_hook(self._bound(args, kwargs, config))
+            bound = self._bound(args, kwargs, config)
+            with hook_stream(launch_stream(bound, stream), launch_device(bound)):  # (as a timed launch's)
+                config.pre_hook(bound)
         self.launch_kernel(grid, args, {**self._user_kwargs(kwargs, config), **config.all_kwargs()}, stream)
 
     def launch_kernel(self, grid: Any, args: tuple[Any, ...], call_kwargs: dict[str, Any], stream: Any) -> None:
@@ -395,6 +398,7 @@ class Autotuner:
                                                "call, not an array", help="reset_to_zero= names arrays tuning zeroes "
                                                                           "before each timed launch")
         bench = self._timer(ordinal)
+        handle = launch_stream(bound, stream)  # where zeroing, saving and restoring go (autotune_arrays.py)
         started = time.perf_counter()
         timings: dict[str, float] = {}
         skipped: dict[str, str] = {}
@@ -419,9 +423,10 @@ class Autotuner:
                     skipped[str(config)] = _reason(e)
                     errors.append(e)
                     continue
-                self._save(args, call_kwargs, saved)
+                self._save(args, call_kwargs, saved, handle)
                 try:
-                    timings[str(config)] = float(bench(self._runner(grid, args, call_kwargs, config, stream),
+                    timings[str(config)] = float(bench(self._runner(grid, args, call_kwargs, config, stream, handle,
+                                                                    ordinal),
                                                        warmup=self.warmup, rep=self.rep, stream=stream))
                 except LaunchError as e:  # refused before it ran (a grid, block or shared memory over a limit)
                     skipped[str(config)] = _reason(e)
@@ -456,26 +461,32 @@ class Autotuner:
         return on_device(self.benchmarker, devices.default_ordinal if ordinal is None else ordinal)
 
     def _runner(self, grid: Any, args: tuple[Any, ...], call_kwargs: dict[str, Any], config: Config,
-                stream: Any) -> Callable[[], None]:
+                stream: Any, handle: int = 0, ordinal: int | None = None) -> Callable[[], None]:
+        """One timed launch: the ``reset_to_zero`` arrays zeroed and the config's ``pre_hook`` run
+        on the launch stream ``handle`` (of GPU ``ordinal``), then the launch on ``stream``: each
+        zeroing is ordered after the previous repetition's kernel and before this one, whatever the
+        stream (autotune_arrays.py)."""
         bound = self._bound(args, {k: v for k, v in call_kwargs.items() if k not in config.all_kwargs()}, config)
-        zero = [bound[n] for n in self.reset_to_zero]
+        zeroed = [bound[n] for n in self.reset_to_zero]
 
         def run() -> None:
-            for x in zero:
-                _zero(x)
+            for x in zeroed:
+                zero(x, handle)
             if config.pre_hook is not None:
-                config.pre_hook(bound)
+                with hook_stream(handle, ordinal):
+                    config.pre_hook(bound)
             self.launch_kernel(grid, args, call_kwargs, stream)
         run.config = config  # type: ignore[attr-defined]  # which config a benchmarker times
         return run
 
-    def _save(self, args: tuple[Any, ...], call_kwargs: dict[str, Any], saved: dict[str, Callable[[], None]]
-              ) -> None:
+    def _save(self, args: tuple[Any, ...], call_kwargs: dict[str, Any], saved: dict[str, Callable[[], None]],
+              handle: int = 0) -> None:
         """Add to ``saved`` the restore functions of the arrays timing this config may change:
         ``restore_value``, by default every array argument this config's kernel stores to (configs
         can store to different arrays: a workspace only a split config writes), and
         ``reset_to_zero``. An array first seen here is as the caller passed it: every earlier
-        config was restored, and none stored to it."""
+        config was restored, and none stored to it. Saved and restored on the launch stream
+        ``handle``: after the caller's work queued there, before the launches after."""
         if self.restore_value is not None:
             names = set(self.restore_value)
         else:
@@ -486,7 +497,7 @@ class Autotuner:
         bound = self._bound(args, call_kwargs)
         for n in sorted(names - set(saved)):
             if hasattr(bound[n], "shape"):
-                saved[n] = _snapshot(bound[n])
+                saved[n] = snapshot(bound[n], handle)
 
     def _compile(self, grid: Any, args: tuple[Any, ...], call_kwargs: dict[str, Any], ordinal: int | None = None
                  ) -> None:
@@ -576,30 +587,6 @@ def _default_benchmarker(kernel: str, ordinal: int | None = None) -> Callable[..
                           help=f"run it on the CPU with `{kernel}.interpret[grid](...)` (the first config, or "
                                "interpret_config=)")
     return do_bench if ordinal is None else functools.partial(do_bench, device=ordinal)
-
-
-def _zero(x: Any) -> None:
-    if hasattr(x, "zero_"):
-        x.zero_()
-    elif hasattr(x, "fill_byte"):
-        x.fill_byte(0)
-    else:
-        x[...] = 0
-
-
-def _snapshot(x: Any) -> Callable[[], None]:
-    """A function that puts ``x``'s current contents back (torch, numpy, cupy, DeviceBuffer)."""
-    if hasattr(x, "clone") and hasattr(x, "copy_"):  # torch
-        saved = x.clone()
-        return lambda: x.copy_(saved)
-    if hasattr(x, "copy_to_host") and hasattr(x, "copy_from_host"):  # DeviceBuffer
-        host = x.copy_to_host()
-        return lambda: x.copy_from_host(host)
-    saved = x.copy()  # numpy, cupy
-
-    def restore() -> None:
-        x[...] = saved
-    return restore
 
 
 def autotune(configs: Sequence[Any], key: Sequence[str], *, prune_configs_by: Mapping[str, Any] | None = None,
