@@ -70,13 +70,14 @@ def _is_torch(x: Any) -> bool:
     return is_torch_type(type(x))
 
 
-def _dense_device_array(x: Any) -> tuple[int, int, int | None] | None:
+def _dense_device_array(x: Any, handle: int) -> tuple[int, int, int | None] | None:
     """(pointer, bytes, device ordinal or None) of a dense device array other than torch's and a
-    DeviceBuffer; None for host memory, an array that is not dense, or one that cannot say."""
+    DeviceBuffer; None for host memory, an array that is not dense, or one that cannot say. A DLPack
+    producer is told the launch stream ``handle`` (it orders its pending work before it)."""
     from ..backend.runtime import arrays
     from ..backend.runtime.devices import pointer_device
 
-    info = arrays.describe_array(x)
+    info = arrays.describe_array(x, handle)
     if info is None or info.device == arrays.HOST or info.device == arrays.FOREIGN_DEVICE:
         return None
     if not info.contiguous or info.dtype is None:
@@ -122,7 +123,7 @@ def zero(x: Any, handle: int) -> None:
             x.zero_()
     elif hasattr(x, "fill_byte"):
         x.fill_byte(0, stream=handle)
-    elif (dense := _dense_device_array(x)) is not None:
+    elif (dense := _dense_device_array(x, handle)) is not None:
         from ..backend.runtime.memory import fill_device_bytes
 
         fill_device_bytes(dense[0], dense[1], 0, handle, dense[2])
@@ -146,7 +147,7 @@ def snapshot(x: Any, handle: int) -> Callable[[], None]:
     if hasattr(x, "copy_to_host") and hasattr(x, "copy_from_host"):  # DeviceBuffer
         host = x.copy_to_host(stream=handle)
         return lambda: x.copy_from_host(host, stream=handle)
-    dense = None if isinstance(x, np.ndarray) else _dense_device_array(x)
+    dense = None if isinstance(x, np.ndarray) else _dense_device_array(x, handle)
     if dense is not None:
         from ..backend.runtime.memory import copy_device_to_host, copy_host_to_device
 
