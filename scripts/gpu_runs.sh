@@ -487,7 +487,7 @@ a52)  # a51 plus the fifty-second session's capture-thread scenarios (tests/gpu/
             --passes 3 --json "$out/linear-passes-52.json"
     fi
     run 280 python -m pytest -q -m gpu -n 8 --timeout 120 -rfE --junitxml="$out/junit-a52.xml" \
-        tests/gpu/test_capture_threads_gpu.py tests/gpu/test_torch_graph_owners_gpu.py \
+        tests/gpu/test_capture_threads_gpu.py tests/gpu/test_autotune_streams_gpu.py tests/gpu/test_torch_graph_owners_gpu.py \
         tests/gpu/test_runtime_capture_modes_gpu.py tests/gpu/test_torch_graph_scratch_gpu.py \
         tests/gpu/test_torch_native_gpu.py tests/gpu/test_torch_training_gpu.py \
         tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_kept_launches_gpu.py \
