@@ -31,24 +31,28 @@ from collections.abc import Sequence
 import numpy as np
 
 from .address_eval import UnknownInstruction
-from .ptx_ops import INSTR, U64, integer_op, mask, sext, statements, wrap
+from .ptx_atomic import AtomicLog, execute_atomic, parse_atomic
+from .ptx_ops import INSTR, U64, MemoryFault, integer_op, mask, sext, statements, wrap
+from .ptx_shared import SHARED_BASE, SharedImage, barrier_id, shuffle
+
+__all__ = ["ARRAY_BASE", "ARRAY_STRIDE", "MemoryFault", "run_grid", "run_program"]
 
 ARRAY_BASE, ARRAY_STRIDE = 1 << 40, 1 << 36
 """Where the evaluator places pointer argument k: ``ARRAY_BASE + k * ARRAY_STRIDE``."""
-_GLOBAL = re.compile(r"(ld|st)\.global((?:\.[\w:]+)*?)(?:\.v(\d))?\.([bsuf])(\d+)$")
+_ACCESS = re.compile(r"(ld|st)\.(global|shared(?:::cta)?)((?:\.[\w:]+)*?)(?:\.v(\d))?\.([bsuf])(\d+)$")
 _REG_DECL = re.compile(r"\.reg\s+\.(\w+)\s+(%[a-z]+)<\d+>")
-_ADDRESS = re.compile(r"^\[\s*(%\w+)\s*(?:\+\s*(-?\d+))?\s*\]$")
-
-
-class MemoryFault(AssertionError):
-    """An access outside the arguments' arrays, misaligned, of an undefined value, or a racing store."""
+_ADDRESS = re.compile(r"^\[\s*(%\w+|[A-Za-z_$][\w$]*)\s*(?:\+\s*(-?\d+))?\s*\]$")
+_EXTERN_SHARED = re.compile(r"\.extern\s+\.shared\s+\.align\s+\d+\s+\.b8\s+(\w+)\[\]\s*;")
 
 
 class _Memory:
-    """The pointer arguments' arrays at their addresses (their bytes read and written in place)."""
+    """The pointer arguments' arrays at their addresses (their bytes read and written in place),
+    the programs' shared memory and the record of the atomics."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared: SharedImage) -> None:
         self.regions: list[np.ndarray] = []  # (argument k's bytes; empty for a scalar argument)
+        self.shared = shared
+        self.atomics = AtomicLog()
 
     def add(self, k: int, arr: np.ndarray) -> int:
         if not arr.flags.c_contiguous:
@@ -103,12 +107,15 @@ class _Machine:
                  grid: tuple[int, int, int]) -> None:
         """Lanes: the threads 0..num_threads-1 (x) of each program of ``ctaids``, one after another."""
         self.n = n = num_threads * len(ctaids)
+        self.threads, self.programs = num_threads, len(ctaids)
+        self.symbols = {name: SHARED_BASE for name in _EXTERN_SHARED.findall(ptx)}
         self.regs: dict[str, np.ndarray] = {}
         self.defined: dict[str, np.ndarray] = {}
         self.widths = {prefix: (1 if ty == "pred" else int(ty[1:])) for ty, prefix in _REG_DECL.findall(ptx)}
         self.special = {"%tid.x": np.tile(np.arange(num_threads, dtype=U64), len(ctaids)),
                         "%tid.y": np.zeros(n, U64), "%tid.z": np.zeros(n, U64), "%ntid.x": np.full(n, num_threads, U64),
                         "%ntid.y": np.ones(n, U64), "%ntid.z": np.ones(n, U64)}
+        self.special["%laneid"] = self.special["%tid.x"] % U64(32)
         for d, axis in enumerate("xyz"):
             self.special[f"%ctaid.{axis}"] = np.repeat(np.array([c[d] for c in ctaids], U64), num_threads)
             self.special[f"%nctaid.{axis}"] = np.full(n, grid[d], U64)
@@ -123,6 +130,9 @@ class _Machine:
         lit = re.fullmatch(r"(-?(?:0[xX][0-9a-fA-F]+|\d+))U?", tok)
         if lit:
             return np.full(self.n, int(lit.group(1), 0) & 0xFFFFFFFFFFFFFFFF, U64), np.ones(self.n, bool)
+        sym = re.fullmatch(r"([A-Za-z_$][\w$]*)\s*(?:\+\s*(\d+))?", tok)
+        if sym and sym.group(1) in self.symbols:  # the address of a shared variable (in its window)
+            return np.full(self.n, self.symbols[sym.group(1)] + int(sym.group(2) or 0), U64), np.ones(self.n, bool)
         if re.fullmatch(r"%[a-z]+\d+", tok):
             return np.zeros(self.n, U64), np.zeros(self.n, bool)  # never written: undefined
         raise UnknownInstruction(f"the value of {tok}")
@@ -150,24 +160,28 @@ def _dim3(v: int | Sequence[int], fill: int) -> tuple[int, int, int]:
 
 
 def run_program(ptx: str, num_threads: int, ctaid: int | Sequence[int], args: Sequence[np.ndarray | int],
-                grid: int | Sequence[int] = 1, max_steps: int = 200_000) -> None:
+                grid: int | Sequence[int] = 1, max_steps: int = 200_000, smem_bytes: int = 0) -> None:
     """Execute program ``ctaid`` (threads 0..num_threads-1 along x) of the kernel's (one entry) PTX;
     ``args``: the kernel parameters in order, a numpy array for a pointer (read and written in
     place, at the address :data:`ARRAY_BASE` + k * :data:`ARRAY_STRIDE` for parameter k) and an
-    int for a scalar. More than ``max_steps`` statements executed is an :class:`UnknownInstruction`."""
-    _run(ptx, _Machine(ptx, num_threads, [_dim3(ctaid, 0)], _dim3(grid, 1)), args, max_steps)
+    int for a scalar; ``smem_bytes``: the dynamic shared memory of the launch (the compiled kernel's
+    ``smem_bytes``). More than ``max_steps`` statements executed is an :class:`UnknownInstruction`."""
+    _run(ptx, _Machine(ptx, num_threads, [_dim3(ctaid, 0)], _dim3(grid, 1)), args, max_steps, smem_bytes)
 
 
-def run_grid(ptx: str, num_threads: int, grid: int, args: Sequence[np.ndarray | int],
-             max_steps: int = 200_000) -> None:
-    """:func:`run_program` for every program of the 1-D ``grid`` at once (their threads side by side:
-    one pass over the statements; a store that two programs' threads make to one byte with different
-    values in one instruction is a MemoryFault, as within a program)."""
-    _run(ptx, _Machine(ptx, num_threads, [(c, 0, 0) for c in range(grid)], (grid, 1, 1)), args, max_steps)
+def run_grid(ptx: str, num_threads: int, grid: int | Sequence[int], args: Sequence[np.ndarray | int],
+             max_steps: int = 200_000, smem_bytes: int = 0) -> None:
+    """:func:`run_program` for every program of ``grid`` (up to three dimensions, x fastest) at once
+    (their threads side by side: one pass over the statements; a store that two programs' threads
+    make to one byte with different values in one instruction is a MemoryFault, as within a
+    program; each program has its own shared memory)."""
+    g = _dim3(grid, 1)
+    ctaids = [(x, y, z) for z in range(g[2]) for y in range(g[1]) for x in range(g[0])]
+    _run(ptx, _Machine(ptx, num_threads, ctaids, g), args, max_steps, smem_bytes)
 
 
-def _run(ptx: str, mach: _Machine, args: Sequence[np.ndarray | int], max_steps: int) -> None:
-    memory = _Memory()
+def _run(ptx: str, mach: _Machine, args: Sequence[np.ndarray | int], max_steps: int, smem_bytes: int) -> None:
+    memory = _Memory(SharedImage(mach.programs, mach.threads, smem_bytes))
     params = [memory.add(k, a) if isinstance(a, np.ndarray) else int(a) & 0xFFFFFFFFFFFFFFFF
               for k, a in enumerate(args)]
     num_threads = mach.n
@@ -175,13 +189,18 @@ def _run(ptx: str, mach: _Machine, args: Sequence[np.ndarray | int], max_steps: 
     labels = {s[:-1]: i for i, s in enumerate(stmts) if s.endswith(":")}
     pcs = np.zeros(num_threads, np.int64)  # each thread's next statement
     alive = np.ones(num_threads, bool)
+    waiting = np.full(num_threads, -1, np.int64)  # the barrier a thread waits at (-1: none)
     steps = 0
     with np.errstate(over="ignore"):
         while alive.any():
-            pc = int(pcs[alive].min())  # the threads furthest behind run (reconverging where the others wait)
+            runnable = alive & (waiting < 0)
+            if not runnable.any():
+                _release(mach, memory.shared, alive, waiting)
+                continue
+            pc = int(pcs[runnable].min())  # the threads furthest behind run (reconverging where the others wait)
             if pc >= len(stmts):
                 raise UnknownInstruction("the kernel runs past its last statement")
-            here = alive & (pcs == pc)
+            here = runnable & (pcs == pc)
             pcs[here] = pc + 1
             steps += 1
             if steps > max_steps:
@@ -199,8 +218,25 @@ def _run(ptx: str, mach: _Machine, args: Sequence[np.ndarray | int], max_steps: 
                 pcs[active] = labels[rest.strip()]
             elif base in ("ret", "exit"):
                 alive &= ~active
+            elif base in ("bar", "barrier"):
+                waiting[active] = barrier_id(op, _operands(rest), mach.threads)
             else:
                 _execute(mach, memory, params, stmt, op, rest, active)
+
+
+def _release(mach: _Machine, shared: SharedImage, alive: np.ndarray, waiting: np.ndarray) -> None:
+    """Every running thread waits at a barrier: each program whose threads all wait at one barrier
+    passes it (a new epoch of its shared memory); a program some of whose threads exited, or whose
+    threads wait at different barriers, never would (refused)."""
+    t = mach.threads
+    for prog in np.unique(np.flatnonzero(waiting >= 0) // t):
+        lanes = slice(prog * t, (prog + 1) * t)
+        if not alive[lanes].all():
+            raise UnknownInstruction(f"a barrier in program {prog} that its exited threads never reach")
+        if len(set(waiting[lanes].tolist())) != 1:
+            raise UnknownInstruction(f"the threads of program {prog} wait at different barriers")
+        waiting[lanes] = -1
+        shared.release(int(prog))
 
 
 def _predicate(mach: _Machine, guard: str, here: np.ndarray) -> np.ndarray:
@@ -232,11 +268,17 @@ def _execute(mach: _Machine, memory: _Memory, params: list[int], stmt: str, op: 
         value = np.full(mach.n, params[int(pm.group(1))], U64) & mask(bits)
         mach.write(args[0], value, np.ones(mach.n, bool), active)
         return
-    acc = _GLOBAL.match(op)
+    acc = _ACCESS.match(op)
     if acc:
         _access(mach, memory, stmt, acc, args, active)
         return
-    if op.startswith(("ld", "st", "atom", "red")):
+    if op.startswith(("atom", "red")):
+        _atomic(mach, memory, op, args, active)
+        return
+    if op.startswith("shfl.sync."):
+        _shuffle(mach, op, args, active)
+        return
+    if op.startswith(("ld", "st")) or (op.startswith("cvta") and ".global" not in op):
         raise UnknownInstruction(stmt)
     if op.startswith("mov.b") and (args[0].startswith("{") or args[1].startswith("{")):
         _pack(mach, op, args, active)
@@ -276,10 +318,10 @@ def _pack(mach: _Machine, op: str, args: list[str], active: np.ndarray) -> None:
 
 
 def _access(mach: _Machine, memory: _Memory, stmt: str, acc: re.Match, args: list[str], active: np.ndarray) -> None:
-    """``ld.global`` / ``st.global`` (cache qualifiers ignored), scalar or vector, of an integer or
-    bit type (a float type's bits move the same way)."""
-    is_store = acc.group(1) == "st"
-    count, kind, bits = int(acc.group(3) or 1), acc.group(4), int(acc.group(5))
+    """``ld`` / ``st`` of ``.global`` or ``.shared`` (cache qualifiers ignored), scalar or vector, of an
+    integer or bit type (a float type's bits move the same way)."""
+    is_store, shared = acc.group(1) == "st", acc.group(2).startswith("shared")
+    count, kind, bits = int(acc.group(4) or 1), acc.group(5), int(acc.group(6))
     addr_tok, regs = (args[0], args[1]) if is_store else (args[1], args[0])
     am = _ADDRESS.match(addr_tok)
     if am is None:
@@ -294,9 +336,20 @@ def _access(mach: _Machine, memory: _Memory, stmt: str, acc: re.Match, args: lis
     nbytes = bits // 8
     if (addr[active] % U64(nbytes * count)).any():
         raise MemoryFault(f"a misaligned {nbytes * count}-byte access: {stmt}")
+    lanes = np.flatnonzero(active)
     for j, reg in enumerate(elems):
         a = addr[active] + U64(j * nbytes)
-        if is_store:
+        if shared:
+            if is_store:
+                value, ok = mach.val(reg)
+                memory.shared.store(lanes, a, nbytes, value[active], ok[active])
+            else:
+                v, ok = memory.shared.load(lanes, a, nbytes)
+                loaded, defined = np.zeros(mach.n, U64), np.zeros(mach.n, bool)
+                loaded[active], defined[active] = sext(v, bits) if kind == "s" else v, ok
+                if reg != "_":
+                    mach.write(reg, loaded, defined, active)
+        elif is_store:
             value, ok = mach.val(reg)
             if not ok[active].all():
                 raise MemoryFault(f"a store of an undefined value: {stmt}")
@@ -307,3 +360,43 @@ def _access(mach: _Machine, memory: _Memory, stmt: str, acc: re.Match, args: lis
             if kind == "s":
                 loaded = sext(loaded, bits)
             mach.write(reg, loaded, np.ones(mach.n, bool), active)
+
+
+def _atomic(mach: _Machine, memory: _Memory, op: str, args: list[str], active: np.ndarray) -> None:
+    """``atom.global`` / ``red.global`` (tests/backend/ptx_atomic.py) in the active threads, in lane order."""
+    a = parse_atomic(op)
+    dst, rest = (args[0], args[1:]) if a.returns else (None, args)
+    am = _ADDRESS.match(rest[0]) if rest else None
+    if am is None or len(rest) != 1 + a.operands:
+        raise UnknownInstruction(f"{op} {', '.join(args)}")
+    base, ok = mach.val(am.group(1))
+    vals = [mach.val(r) for r in rest[1:]]
+    if not ok[active].all() or not all(d[active].all() for _, d in vals):
+        raise MemoryFault(f"an atomic with an undefined address or operand: {op} {', '.join(args)}")
+    addr = (base + U64(int(am.group(2) or 0) & 0xFFFFFFFFFFFFFFFF))[active]
+    if (addr % U64(a.bits // 8)).any():
+        raise MemoryFault(f"a misaligned atomic: {op} {', '.join(args)}")
+    lanes = np.flatnonzero(active)
+    prog, thread = lanes // mach.threads, lanes % mach.threads
+    old = execute_atomic(a, memory, memory.atomics, addr, [v[active] for v, _ in vals], prog, thread,
+                         memory.shared.epoch[prog])
+    if dst is not None:
+        full = np.zeros(mach.n, U64)
+        full[active] = old
+        mach.write(dst, full, np.ones(mach.n, bool), active)
+
+
+def _shuffle(mach: _Machine, op: str, args: list[str], active: np.ndarray) -> None:
+    """``shfl.sync.<mode>.b32 d[|p], a, b, c, membermask`` (tests/backend/ptx_shared.py)."""
+    parts = op.split(".")
+    if len(parts) != 4 or parts[3] != "b32" or len(args) != 5:
+        raise UnknownInstruction(f"{op} {', '.join(args)}")
+    dst, _, pred = args[0].partition("|")
+    b, c, mm = (mach.val(x) for x in args[2:])
+    if not all(d[active].all() for _, d in (b, c, mm)):
+        raise MemoryFault(f"a shuffle with an undefined lane, clamp or mask: {op} {', '.join(args)}")
+    value, defined, pval = shuffle(parts[2], mach.val(args[1]), b[0], c[0], mm[0], active,
+                                   mach.special["%tid.x"])
+    mach.write(dst.strip(), value, defined, active)
+    if pred:
+        mach.write(pred.strip(), pval.astype(U64), np.ones(mach.n, bool), active)

@@ -27,6 +27,11 @@ class UndefinedResult(UnknownInstruction):
     """An active thread computes a result the PTX ISA leaves unspecified (division by zero)."""
 
 
+class MemoryFault(AssertionError):
+    """An access outside the arguments' arrays or the shared image, misaligned, of an undefined
+    value, or a racing access (tests/backend/ptx_exec.py, tests/backend/ptx_shared.py)."""
+
+
 def statements(ptx: str) -> list[str]:
     """The statements of the (first) ``.entry``'s body, comments removed, one per element."""
     body = ptx[ptx.index("{", ptx.index(".entry")) + 1:]

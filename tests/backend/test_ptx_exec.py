@@ -81,7 +81,7 @@ def test_a_division_by_zero_in_an_active_thread_is_refused() -> None:
         _run("    rem.s32 %r3, %r2, -1;\n", [-(2**31)])
 
 
-@pytest.mark.parametrize("body", ["    add.f32 %r3, %r2, %r2;\n", "    ld.shared.b32 %r3, [%rd4];\n",
+@pytest.mark.parametrize("body", ["    add.f32 %r3, %r2, %r2;\n", "    ld.local.b32 %r3, [%rd4];\n",
                                   "    add.cc.s32 %r3, %r2, 1;\n",
                                   "    setp.lt.b32 %p1, %r2, 0;\n    selp.b32 %r3, 1, 0, %p1;\n"])
 def test_an_instruction_it_does_not_know_is_refused(body: str) -> None:
