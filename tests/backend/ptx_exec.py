@@ -8,9 +8,11 @@ comparisons, selects, conversions, bit operations, ``div`` / ``rem``), ``ld.para
 registers ``%tid.x`` / ``%ntid.x`` / ``%ctaid.*`` / ``%nctaid.*``, predicated instructions per
 thread, branches (divergent ones too: each thread has its own program counter, and the
 threads furthest behind run next, so paths reconverge where the others wait) and global loads and stores of every width
-and vector form (``.v2`` / ``.v4``). It never guesses:
+and vector form (``.v2`` / ``.v4``); shared memory, ``bar.sync`` and ``shfl.sync``
+(tests/backend/ptx_shared.py: unordered accesses between barriers are races) and integer global
+atomics (tests/backend/ptx_atomic.py). It never guesses:
 
-* an instruction it does not know (a float op, shared memory, a shuffle, a barrier) is an
+* an instruction it does not know (a float op, ``vote``, a float atomic) is an
   :class:`UnknownInstruction`;
 * an active thread that accesses memory outside every argument array, or misaligned, or stores a
   register lane no instruction defined (or one computed from such a lane), is a :class:`MemoryFault`;
@@ -19,8 +21,8 @@ and vector form (``.v2`` / ``.v4``). It never guesses:
   :class:`~.ptx_ops.UndefinedResult`.
 
 The threads at one statement run it together, so an instruction's loads see the stores of every
-instruction run before it (the kernels it is for have no cross-thread dependence through memory
-within a program).
+instruction run before it (global memory is not checked for races: the kernels it is for have no
+cross-thread dependence through global memory within a program, atomics aside).
 """
 
 from __future__ import annotations
