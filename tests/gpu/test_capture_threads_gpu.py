@@ -148,9 +148,14 @@ _MALLOC_ASYNC = textwrap.dedent('''
             result["ya"] = ya.clone()
         except BaseException as exc:
             result["error"] = exc; began.set()
+    side = torch.cuda.Stream()  # (the legacy default stream may not be used during any global capture)
+    while side.cuda_stream == torch.cuda.graph.default_capture_stream.cuda_stream:
+        side = torch.cuda.Stream()
     t = threading.Thread(target=capture); t.start()
     assert began.wait(60)
-    y = layer(x)  # eager, on this thread, while the other thread captures
+    with torch.cuda.stream(side):
+        y = layer(x)  # eager, on this thread, while the other thread captures
+    side.synchronize()
     done.set(); t.join(60)
     assert "error" not in result, repr(result.get("error"))
     torch.testing.assert_close(result["ya"].double(), torch.tanh(xa.double()) * 3 + xa.double(), rtol=1e-6, atol=1e-6)
