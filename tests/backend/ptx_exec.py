@@ -34,6 +34,8 @@ import numpy as np
 
 from .address_eval import UnknownInstruction
 from .ptx_atomic import AtomicLog, execute_atomic, parse_atomic
+from .ptx_fcvt import convert as float_convert
+from .ptx_float import float_op, is_float_op
 from .ptx_ops import INSTR, U64, MemoryFault, integer_op, mask, sext, statements, wrap
 from .ptx_shared import SHARED_BASE, SharedImage, barrier_id, shuffle
 
@@ -132,6 +134,9 @@ class _Machine:
         lit = re.fullmatch(r"(-?(?:0[xX][0-9a-fA-F]+|\d+))U?", tok)
         if lit:
             return np.full(self.n, int(lit.group(1), 0) & 0xFFFFFFFFFFFFFFFF, U64), np.ones(self.n, bool)
+        flit = re.fullmatch(r"0[fF]([0-9a-fA-F]{8})|0[dD]([0-9a-fA-F]{16})", tok)
+        if flit:  # a float literal: its bits (0f: f32, 0d: f64)
+            return np.full(self.n, int(flit.group(1) or flit.group(2), 16), U64), np.ones(self.n, bool)
         sym = re.fullmatch(r"([A-Za-z_$][\w$]*)\s*(?:\+\s*(\d+))?", tok)
         if sym and sym.group(1) in self.symbols:  # the address of a shared variable (in its window)
             return np.full(self.n, self.symbols[sym.group(1)] + int(sym.group(2) or 0), U64), np.ones(self.n, bool)
@@ -292,7 +297,12 @@ def _execute(mach: _Machine, memory: _Memory, params: list[int], stmt: str, op: 
     if op.startswith("selp"):  # only the selected operand need be defined
         c = vals[2][0] != 0
         defined = vals[2][1] & np.where(c, vals[0][1], vals[1][1])
-    value = integer_op(op, [v for v, _ in vals], active & defined)
+    if op.startswith("cvt.") and is_float_op(op):
+        value = float_convert(op, [v for v, _ in vals])
+    elif is_float_op(op):
+        value = float_op(op, [v for v, _ in vals])
+    else:
+        value = integer_op(op, [v for v, _ in vals], active & defined)
     dst = op.split(".")[-2] if op.startswith("cvt.") else ""
     if dst.startswith("s"):  # a signed destination narrower than its register is sign-extended to it
         value = sext(value, int(dst[1:]))  # (LLVM's sign extension in a register: cvt.s8.s32 %rs, %r)

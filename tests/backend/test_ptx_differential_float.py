@@ -1,0 +1,123 @@
+"""Float kernels checked on the CPU: their PTX executed (tests/backend/ptx_exec.py with the float
+instructions of tests/backend/ptx_float.py and ptx_fcvt.py) against the interpreter, bit for bit,
+on the op table's edge and random inputs (zeros of both signs, infinities, NaN, subnormals, the
+limits, rounding ties and their neighbours: tests/support/op_table_cases.py).
+
+Every op-table case on or to a float type whose code uses only instructions the PTX ISA defines
+exactly: arithmetic, ``//``, ``%``, ``maximum`` / ``minimum``, comparisons, ``where``, negation,
+``not``, ``sqrt`` / ``abs`` / ``floor`` / ``ceil`` and every conversion (fp8 and tf32 included).
+Left out: ``**`` and the math functions of docs/language.md rule 10 (``ex2`` / ``lg2`` /
+``sin`` / ``cos`` / ``rsqrt.approx`` / ``rcp.approx``: no bit-exact model; the GPU op table checks
+them against their error bounds). NaN outputs compare by NaN-ness only: the language promises "a
+NaN" (docs/language.md rule 9), and the PTX ISA gives the canonical NaN or "an unspecified NaN".
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import sparsile as sp
+from sparsile.frontend.ir import types as T
+from sparsile.tests.backend.ptx_exec import run_grid
+from sparsile.tests.backend.test_ptx_differential import TAIL, kernel_source, poisoned
+from sparsile.tests.support.compile import compile_src
+from sparsile.tests.support.op_table_cases import FLOATS, Case, groups, needs_fp8_cvt, spelling
+
+EXACT_MATH = ("sqrt", "abs", "floor", "ceil")
+"""The math functions whose GPU code is exact (the others use ``.approx`` instructions)."""
+
+
+def exact_case(case: Case) -> bool:
+    """Whether the case's GPU code uses only instructions with an exact model."""
+    if case.op == "math":
+        return case.kind in EXACT_MATH
+    return not (case.op == "arith.binary" and case.kind == "pow")
+
+
+def _float_groups() -> dict[str, list[Case]]:
+    out = {}
+    for name, cases in groups().items():
+        kept = [c for c in cases if (c.t in FLOATS or c.result in FLOATS) and exact_case(c)]
+        if kept:
+            out[name] = kept
+    return out
+
+
+GROUPS = _float_groups()
+
+
+@functools.cache
+def _compiled(src: str, target: str) -> tuple[str, int]:
+    c = compile_src(src, target=target, cache=False)
+    return c.ptx, 32 * c.num_warps
+
+
+def group_kernel(cases: list[Case]) -> tuple[str, list[np.ndarray], list[str]]:
+    """One kernel computing every case on its own inputs (``a0``, ``b0``, ``a1``, ...; inputs of
+    one length, the shorter ones repeated): (source, input arrays, result types)."""
+    inputs, arrays, outputs = [], [], []
+    size = max(len(x) for c in cases for x in c.inputs.values())
+    for j, case in enumerate(cases):
+        for v, x in case.inputs.items():
+            inputs.append((f"{v}{j}", "bool" if v == "c" else case.t))
+            arrays.append(np.resize(x, size))
+        outputs.append((case.result, re.sub(r"\b([abc])\b", rf"\g<1>{j}", spelling(case.op, case.kind))))
+    return kernel_source(inputs, outputs), arrays, [r for r, _ in outputs]
+
+
+def _same(d: np.ndarray, r: np.ndarray, t: str) -> np.ndarray:
+    """Per element: equal bits, or (a float type) both NaN."""
+    width = d.dtype.itemsize
+    same = ~(d.view(np.uint8) != r.view(np.uint8)).reshape(len(d), width).any(axis=1)
+    if T.SCALAR_TYPES[t].is_float:
+        with np.errstate(invalid="ignore"):
+            same |= np.isnan(d.astype(np.float64)) & np.isnan(r.astype(np.float64))
+    return same
+
+
+def float_differences(src: str, target: str, inputs: list[np.ndarray], results: list[str],
+                      edit: Callable[[str], str] | None = None) -> list[str]:
+    """tests/backend/test_ptx_differential.py's ``differences`` with NaN outputs compared by
+    NaN-ness: a line per output element that differs."""
+    size = len(inputs[0])
+    n = size - TAIL
+    grid = -(-n // 256)
+    dev = [poisoned(r, size) for r in results]
+    ref = [poisoned(r, size) for r in results]
+    with np.errstate(all="ignore"):
+        sp.loads(src, "case.spk").kernels["k"].interpret[(grid,)](*[x.copy() for x in inputs], *ref, n)
+    ptx, threads = _compiled(src, target)
+    ptx = edit(ptx) if edit is not None else ptx
+    args = [x.copy() for x in inputs]
+    run_grid(ptx, threads, grid, [*args, *dev, n])
+    rows = []
+    for j, (d, r, t) in enumerate(zip(dev, ref, results, strict=True)):
+        for i in np.flatnonzero(~_same(d, r, t))[:8]:
+            ins = ", ".join(f"{x[i]!r}" for x in inputs)
+            rows.append(f"output {j} [{i}] inputs ({ins}): ptx={d[i]!r} interp={r[i]!r}")
+    return rows
+
+
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_op_table_float_group_ptx_matches_the_interpreter(group: str) -> None:
+    src, arrays, results = group_kernel(GROUPS[group])
+    rows = float_differences(src, "sm_90a", arrays, results)
+    assert not rows, f"{group}: {len(rows)} elements differ\n{src}\n" + "\n".join(rows)
+
+
+SM80_GROUPS = {g: kept for g, cases in GROUPS.items()
+               if (kept := [c for c in cases if "bf16" in (c.t, c.result) and not needs_fp8_cvt(c)])}
+"""The cases on or to bf16, which sm_80 computes differently (``fma.rn.bf16`` for ``+``; an f64 or a
+64-bit integer to bf16 by way of f32 rounded to odd)."""
+
+
+@pytest.mark.parametrize("group", sorted(SM80_GROUPS))
+def test_op_table_bf16_group_ptx_for_sm80_matches_the_interpreter(group: str) -> None:
+    src, arrays, results = group_kernel(SM80_GROUPS[group])
+    rows = float_differences(src, "sm_80", arrays, results)
+    assert not rows, f"{group}: {len(rows)} elements differ\n{src}\n" + "\n".join(rows)
