@@ -3,15 +3,15 @@ exactly as the PTX ISA defines it ("cvt", "cvt with .frnd2 / f8x2 types"):
 
 * float to float: widening is exact; narrowing rounds by ``.rn`` / ``.rz`` / ``.rm`` / ``.rp``
   (``.rna`` to tf32: to nearest, ties away from zero, the 19 bits at the top of an f32 register);
-  ``.rni`` / ``.rzi`` / ``.rmi`` / ``.rpi`` on one type round to an integral value; ``.sat``
-  clamps to [0.0, 1.0] (NaN gives +0.0); ``.satfinite`` clamps to the largest finite value (NaN
-  stays NaN). The packed 8-bit forms: ``cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 d, a, b`` (``a`` in
-  the upper byte) and ``cvt.rn.f16x2.{e4m3x2,e5m2x2} d, a`` (the low byte to the low half);
+  ``.rni`` / ``.rzi`` / ``.rmi`` / ``.rpi`` on one type round to an integral value;
+  ``.satfinite`` clamps to the largest finite value (NaN stays NaN). The packed 8-bit forms:
+  ``cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 d, a, b`` (``a`` in the upper byte) and
+  ``cvt.rn.f16x2.{e4m3x2,e5m2x2} d, a`` (the low byte to the low half);
 * float to integer (``.rni`` / ``.rzi`` / ``.rmi`` / ``.rpi``): rounded to an integer, clamped to
   the destination's range (PTX saturates every float-to-integer conversion), NaN gives 0;
 * integer to float (``.rn`` / ``.rz`` / ``.rm`` / ``.rp``): the integer's exact value rounded.
 
-``.ftz`` and ``.relu`` are :class:`UnknownInstruction` (not modeled).
+``.ftz``, ``.relu`` and ``.sat`` to a float type are :class:`UnknownInstruction` (not modeled).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .address_eval import UnknownInstruction
-from .ptx_fround import U64, FORMATS, decode, encode, fmt_of, two_sum
+from .ptx_fround import FORMATS, U64, decode, encode, fmt_of, two_sum
 from .ptx_ops import convert as integer_convert
 from .ptx_ops import sext, wrap
 
@@ -44,6 +44,8 @@ def convert(op: str, v: list[np.ndarray]) -> np.ndarray:
         raise UnknownInstruction(op)
     mode = rnd[0] if rnd else None
     sat, satfinite = "sat" in flags, "satfinite" in flags
+    if sat and not _is_int(dst):
+        raise UnknownInstruction(op)
     if dst in _F8X2 and src == "f32" and mode == "rn" and satfinite and not sat:
         fmt = fmt_of(dst[:-2])
         hi, lo = (encode(decode(a, FORMATS["f32"]), fmt, "rn", satfinite=True) for a in v[:2])
@@ -60,11 +62,11 @@ def convert(op: str, v: list[np.ndarray]) -> np.ndarray:
         if mode not in _FRND[:4] or satfinite:
             raise UnknownInstruction(op)
         s, sticky = _int_value(src, v[0])
-        return _saturate(encode(s, fmt_of(dst), mode, sticky), dst, sat)
-    return _float_to_float(op, dst, src, mode, sat, satfinite, v[0])
+        return encode(s, fmt_of(dst), mode, sticky)
+    return _float_to_float(op, dst, src, mode, satfinite, v[0])
 
 
-def _float_to_float(op: str, dst: str, src: str, mode: str | None, sat: bool, satfinite: bool,
+def _float_to_float(op: str, dst: str, src: str, mode: str | None, satfinite: bool,
                     x: np.ndarray) -> np.ndarray:
     fin, fout = fmt_of(src), fmt_of(dst)
     val = decode(x, fin)
@@ -72,26 +74,15 @@ def _float_to_float(op: str, dst: str, src: str, mode: str | None, sat: bool, sa
         if dst != src or satfinite:
             raise UnknownInstruction(op)
         with np.errstate(invalid="ignore"):
-            return _saturate(encode(_IRND[mode](val), fout), dst, sat)
+            return encode(_IRND[mode](val), fout)
     if dst == "tf32":  # (its 19 bits at the top of the f32 register)
-        if src != "f32" or mode != "rna" or sat:
+        if src != "f32" or mode != "rna":
             raise UnknownInstruction(op)
         return encode(val, fout, "rna", satfinite=satfinite) << U64(13)
     widening = fout.mbits >= fin.mbits and fout.ebits >= fin.ebits
     if (mode is None) != widening or mode == "rna" or not fout.has_inf:
         raise UnknownInstruction(op)  # (narrowing needs a rounding; widening has none)
-    return _saturate(encode(val, fout, mode or "rn", satfinite=satfinite), dst, sat)
-
-
-def _saturate(bits: np.ndarray, dst: str, sat: bool) -> np.ndarray:
-    """``.sat`` on a float result: clamped to [0.0, 1.0], NaN to +0.0 (``-0.0`` stays: it is in range)."""
-    if not sat:
-        return bits
-    fmt = fmt_of(dst)
-    val = decode(bits, fmt)
-    one = encode(np.ones(1), fmt)[0]
-    out = np.where(val > 1.0, one, np.where(val < 0.0, U64(0), bits))
-    return np.where(np.isnan(val), U64(0), out)
+    return encode(val, fout, mode or "rn", satfinite=satfinite)
 
 
 def _to_int(dst: str, r: np.ndarray) -> np.ndarray:

@@ -191,7 +191,7 @@ def _rational(fn: Callable[..., Fraction], x: list[np.ndarray], lanes: np.ndarra
         try:
             near = q.numerator / q.denominator
         except OverflowError:
-            s[lane], sticky[lane] = math.copysign(math.inf, q), -_sign(q)
+            s[lane], sticky[lane] = math.inf * _sign(q), -_sign(q)
             continue
         s[lane], sticky[lane] = near, _sign(q - Fraction(near))
     return s, sticky

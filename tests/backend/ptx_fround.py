@@ -81,7 +81,8 @@ def decode(bits: np.ndarray, fmt: Fmt) -> np.ndarray:
     if fmt.name == "f64":
         return bits.view(np.float64).copy()
     if fmt.name == "f32":
-        return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+        with np.errstate(invalid="ignore"):  # (a signaling NaN stays a NaN)
+            return bits.astype(np.uint32).view(np.float32).astype(np.float64)
     e = ((bits >> U64(fmt.mbits)) & U64((1 << fmt.ebits) - 1)).astype(np.int64)
     f = (bits & U64((1 << fmt.mbits) - 1)).astype(np.int64)
     normal = e > 0

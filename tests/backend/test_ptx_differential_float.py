@@ -121,3 +121,29 @@ def test_op_table_bf16_group_ptx_for_sm80_matches_the_interpreter(group: str) ->
     src, arrays, results = group_kernel(SM80_GROUPS[group])
     rows = float_differences(src, "sm_80", arrays, results)
     assert not rows, f"{group}: {len(rows)} elements differ\n{src}\n" + "\n".join(rows)
+
+
+@pytest.mark.parametrize("group, wrong, right", [
+    ("arith.binary:f32", r"fma\.rn\.f32\s+(%r\d+), (%r\d+), (%r\d+), (%r\d+)",
+     r"mul.rn.f32 \1, \2, \3; add.rn.f32 \1, \1, \4"),  # the remainder's fma unfused
+    ("arith.binary:f32", r"cvt\.rzi\.f32\.f32", "cvt.rni.f32.f32"),
+    ("arith.binary:f32", r"max\.f32", "max.NaN.f32"),  # maximum's NaN rule
+    ("arith.binary:f64", r"div\.rn\.f64", "div.rp.f64"),
+    ("arith.binary:bf16", r"add\.rn\.bf16", "add.rz.bf16"),
+    ("arith.cast:f32", r"cvt\.rn\.f16\.f32", "cvt.rz.f16.f32"),
+    ("arith.cast:f32", r"cvt\.rzi\.s32\.f32", "cvt.rmi.s32.f32"),
+    ("arith.cast:i64", r"cvt\.rn\.f32\.s64", "cvt.rp.f32.s64"),
+    ("arith.cast:f64", r"cvt\.rn\.satfinite\.e4m3x2\.f32\s+(%rs\d+), (%r\d+), (%r\d+)",
+     r"cvt.rn.satfinite.e4m3x2.f32 \1, \3, \2"),  # the bytes swapped
+    ("arith.cmp:f32", r"setp\.neu\.f32", "setp.ne.f32"),  # `!=` of a NaN
+])
+def test_the_comparison_catches_a_changed_float_instruction(group: str, wrong: str, right: str) -> None:
+    src, arrays, results = group_kernel(GROUPS[group])
+    assert not float_differences(src, "sm_90a", arrays, results)
+
+    def edit(ptx: str) -> str:
+        changed = re.sub(wrong, right, ptx)
+        assert changed != ptx, f"no {wrong} in the PTX"
+        return changed
+
+    assert float_differences(src, "sm_90a", arrays, results, edit)
