@@ -1,10 +1,13 @@
-"""Test helper: execute a kernel's integer PTX on the CPU for every thread of one program at once
+"""Test helper: execute a kernel's integer and float PTX on the CPU for every thread of one program at once
 (numpy), with a memory image: the kernel's pointer arguments are numpy arrays that ``ld.global``
 reads and ``st.global`` writes, as a launch would. A CPU differential test compares the outputs
 with the interpreter's (tests/backend/test_ptx_differential.py).
 
 :func:`run_program` executes the instructions of tests/backend/ptx_ops.py (integer arithmetic,
-comparisons, selects, conversions, bit operations, ``div`` / ``rem``), ``ld.param``, the special
+comparisons, selects, conversions, bit operations, ``div`` / ``rem``), the float instructions the
+PTX ISA defines exactly (tests/backend/ptx_float.py, ptx_fcvt.py: every rounding of ``add`` / ``mul``
+/ ``fma`` / ``div`` / ``sqrt`` / ``cvt``, ``min`` / ``max`` / ``setp`` with their NaN rules),
+float literals (``0f3F800000``, ``0d...``), ``ld.param``, the special
 registers ``%tid.x`` / ``%ntid.x`` / ``%ctaid.*`` / ``%nctaid.*``, predicated instructions per
 thread, branches (divergent ones too: each thread has its own program counter, and the
 threads furthest behind run next, so paths reconverge where the others wait) and global loads and stores of every width
@@ -12,8 +15,8 @@ and vector form (``.v2`` / ``.v4``); shared memory, ``bar.sync`` and ``shfl.sync
 (tests/backend/ptx_shared.py: unordered accesses between barriers are races) and integer global
 atomics (tests/backend/ptx_atomic.py). It never guesses:
 
-* an instruction it does not know (a float op, ``vote``, a float atomic) is an
-  :class:`UnknownInstruction`;
+* an instruction it does not know or cannot model exactly (``vote``, a float atomic, ``.approx``
+  math such as ``ex2`` / ``sin`` / ``rcp.approx``, ``.ftz``) is an :class:`UnknownInstruction`;
 * an active thread that accesses memory outside every argument array, or misaligned, or stores a
   register lane no instruction defined (or one computed from such a lane), is a :class:`MemoryFault`;
 * threads that store different values to one byte in one instruction are a :class:`MemoryFault`;
@@ -34,9 +37,8 @@ import numpy as np
 
 from .address_eval import UnknownInstruction
 from .ptx_atomic import AtomicLog, execute_atomic, parse_atomic
-from .ptx_fcvt import convert as float_convert
-from .ptx_float import float_op, is_float_op
-from .ptx_ops import INSTR, U64, MemoryFault, integer_op, mask, sext, statements, wrap
+from .ptx_float import FLOAT_LITERAL, instruction_value
+from .ptx_ops import INSTR, U64, MemoryFault, mask, sext, statements, wrap
 from .ptx_shared import SHARED_BASE, SharedImage, barrier_id, shuffle
 
 __all__ = ["ARRAY_BASE", "ARRAY_STRIDE", "MemoryFault", "run_grid", "run_program"]
@@ -134,8 +136,8 @@ class _Machine:
         lit = re.fullmatch(r"(-?(?:0[xX][0-9a-fA-F]+|\d+))U?", tok)
         if lit:
             return np.full(self.n, int(lit.group(1), 0) & 0xFFFFFFFFFFFFFFFF, U64), np.ones(self.n, bool)
-        flit = re.fullmatch(r"0[fF]([0-9a-fA-F]{8})|0[dD]([0-9a-fA-F]{16})", tok)
-        if flit:  # a float literal: its bits (0f: f32, 0d: f64)
+        flit = FLOAT_LITERAL.fullmatch(tok)
+        if flit:  # its bits
             return np.full(self.n, int(flit.group(1) or flit.group(2), 16), U64), np.ones(self.n, bool)
         sym = re.fullmatch(r"([A-Za-z_$][\w$]*)\s*(?:\+\s*(\d+))?", tok)
         if sym and sym.group(1) in self.symbols:  # the address of a shared variable (in its window)
@@ -297,12 +299,7 @@ def _execute(mach: _Machine, memory: _Memory, params: list[int], stmt: str, op: 
     if op.startswith("selp"):  # only the selected operand need be defined
         c = vals[2][0] != 0
         defined = vals[2][1] & np.where(c, vals[0][1], vals[1][1])
-    if op.startswith("cvt.") and is_float_op(op):
-        value = float_convert(op, [v for v, _ in vals])
-    elif is_float_op(op):
-        value = float_op(op, [v for v, _ in vals])
-    else:
-        value = integer_op(op, [v for v, _ in vals], active & defined)
+    value = instruction_value(op, [v for v, _ in vals], active & defined)
     dst = op.split(".")[-2] if op.startswith("cvt.") else ""
     if dst.startswith("s"):  # a signed destination narrower than its register is sign-extended to it
         value = sext(value, int(dst[1:]))  # (LLVM's sign extension in a register: cvt.s8.s32 %rs, %r)

@@ -21,15 +21,20 @@ change the sign bit only (the PTX ISA gives "an unspecified NaN" for a NaN input
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
 
 from .address_eval import UnknownInstruction
+from .ptx_fcvt import convert
 from .ptx_fround import U64, Fmt, decode, encode, fmt_of, two_sum, zero_sum_negative
+from .ptx_ops import integer_op
 
 FLOAT_TYPES = ("f16", "bf16", "f32", "f64", "f16x2", "bf16x2")
+FLOAT_LITERAL = re.compile(r"0[fF]([0-9a-fA-F]{8})|0[dD]([0-9a-fA-F]{16})")
+"""A float literal's hexadecimal bits (``0f``: f32, ``0d``: f64; 16-bit ones are written ``0x``)."""
 _ROUNDINGS = ("rn", "rz", "rm", "rp")
 _CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
         "ge": np.greater_equal}
@@ -40,6 +45,14 @@ def is_float_op(op: str) -> bool:
     parts = op.split(".")
     floats = ("f16", "bf16", "f32", "f64", "f16x2", "bf16x2", "tf32", "e4m3x2", "e5m2x2")
     return parts[0] in ("testp", "copysign") or any(p in floats for p in parts[1:])
+
+
+def instruction_value(op: str, v: list[np.ndarray], active: np.ndarray) -> np.ndarray:
+    """The result of instruction ``op`` (float, ``cvt`` with a float type, or integer:
+    tests/backend/ptx_ops.py) on the operand values ``v`` in the ``active`` threads."""
+    if not is_float_op(op):
+        return integer_op(op, v, active)
+    return convert(op, v) if op.startswith("cvt.") else float_op(op, v)
 
 
 def float_op(op: str, v: list[np.ndarray]) -> np.ndarray:
