@@ -36,6 +36,8 @@ FLOAT_TYPES = ("f16", "bf16", "f32", "f64", "f16x2", "bf16x2")
 FLOAT_LITERAL = re.compile(r"0[fF]([0-9a-fA-F]{8})|0[dD]([0-9a-fA-F]{16})")
 """A float literal's hexadecimal bits (``0f``: f32, ``0d``: f64; 16-bit ones are written ``0x``)."""
 _ROUNDINGS = ("rn", "rz", "rm", "rp")
+_ARITY = {"mov": 1, "abs": 1, "neg": 1, "sqrt": 1, "rcp": 1, "testp": 1, "add": 2, "sub": 2, "mul": 2, "div": 2,
+          "min": 2, "max": 2, "copysign": 2, "setp": 2, "fma": 3, "mad": 3, "selp": 3}
 _CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
         "ge": np.greater_equal}
 
@@ -59,7 +61,7 @@ def float_op(op: str, v: list[np.ndarray]) -> np.ndarray:
     """The result bits of float instruction ``op`` (not ``cvt``) on the operand bits ``v``."""
     parts = op.split(".")
     base, ty, mods = parts[0], parts[-1], parts[1:-1]
-    if ty not in FLOAT_TYPES:
+    if ty not in FLOAT_TYPES or len(v) != _ARITY.get(base):  # (max.f32 d, a, b, c of sm_100: refused)
         raise UnknownInstruction(op)
     if ty.endswith("x2"):
         return _packed(op, ty, v)

@@ -26,7 +26,17 @@ from sparsile.frontend.ir import types as T
 from sparsile.tests.backend.ptx_exec import run_grid
 from sparsile.tests.backend.test_ptx_differential import TAIL, kernel_source, poisoned
 from sparsile.tests.support.compile import compile_src
-from sparsile.tests.support.op_table_cases import FLOATS, Case, groups, needs_fp8_cvt, spelling
+from sparsile.tests.support.op_table_cases import (
+    FLOATS,
+    Case,
+    array,
+    edges,
+    groups,
+    hash_name,
+    needs_fp8_cvt,
+    random_values,
+    spelling,
+)
 
 EXACT_MATH = ("sqrt", "abs", "floor", "ceil")
 """The math functions whose GPU code is exact (the others use ``.approx`` instructions)."""
@@ -138,8 +148,8 @@ def test_op_table_bf16_group_ptx_for_sm80_matches_the_interpreter(group: str) ->
     ("arith.cmp:f32", r"setp\.neu\.f32", "setp.ne.f32"),  # `!=` of a NaN
 ])
 def test_the_comparison_catches_a_changed_float_instruction(group: str, wrong: str, right: str) -> None:
+    """(The unchanged kernels agree: test_op_table_float_group_ptx_matches_the_interpreter.)"""
     src, arrays, results = group_kernel(GROUPS[group])
-    assert not float_differences(src, "sm_90a", arrays, results)
 
     def edit(ptx: str) -> str:
         changed = re.sub(wrong, right, ptx)
@@ -147,3 +157,41 @@ def test_the_comparison_catches_a_changed_float_instruction(group: str, wrong: s
         return changed
 
     assert float_differences(src, "sm_90a", arrays, results, edit)
+
+
+FLOAT_EXPRESSIONS: list[tuple[str, bool]] = [
+    ("a * b + a", False),  # (a product then a sum: each rounded to the type)
+    ("(a + b) * (a - b)", False),
+    ("a / b + b // a", False),
+    ("a % b - b % a", False),
+    ("maximum(a, b) - minimum(a, -b)", False),
+    ("where(a < b, a, b * 2.0)", False),
+    ("sqrt(abs(a)) + floor(b) - ceil(a)", False),
+    ("(a.to(f32) * 3.0).to(a.dtype) + b", False),  # conversions between operations
+    ("((a > b) != (b != b)).to(i32) + (a >= b) * 2", False),  # NaN in comparisons
+    ("a.to(i32) + b.to(u8) - a.to(i16)", False),  # saturating conversions, NaN to 0
+    ("(a * 0.1).to(e4m3).to(f32) + b.to(e5m2).to(f32)", True),  # fp8 rounding and saturation (sm_89+)
+]
+"""Compound float expressions of ``a`` and ``b``; True: it converts to fp8 (not for sm_80)."""
+
+
+def float_expression_inputs(t: str, size: int) -> list[np.ndarray]:
+    """``a``, ``b``: every pair of ``t``'s edge values, then seeded random pairs."""
+    e = edges(t)
+    pairs = [(x, y) for x in e for y in e][:size]
+    rng = np.random.default_rng(hash_name(f"float-expr:{t}"))
+    k = size - len(pairs)
+    pairs += list(zip(random_values(t, k, rng), random_values(t, k, rng), strict=True))
+    return [array([x for x, _ in pairs], t), array([y for _, y in pairs], t)]
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("t", ["f32", "f16", "bf16", "f64"])
+def test_compound_float_expressions_ptx_match_the_interpreter(t: str, target: str) -> None:
+    """Every expression of :data:`FLOAT_EXPRESSIONS` on ``t`` in one kernel (each result widened to
+    f64 as it is stored: exact), on 1024 pairs of values."""
+    exprs = [e for e, fp8 in FLOAT_EXPRESSIONS if not (fp8 and target == "sm_80")]
+    results = ["f64"] * len(exprs)
+    src = kernel_source([("a", t), ("b", t)], [("f64", f"({e}).to(f64)") for e in exprs])
+    rows = float_differences(src, target, float_expression_inputs(t, 1024), results)
+    assert not rows, f"{t} on {target}: {len(rows)} elements differ\n{src}\n" + "\n".join(rows)
