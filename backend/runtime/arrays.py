@@ -146,8 +146,13 @@ def _describe_torch_plain(t: Any, stream: int) -> ArrayInfo:
 
 
 def is_torch_type(cls: type) -> bool:
-    """Whether instances of ``cls`` are described as torch tensors."""
-    return _extractors.get(cls) is _describe_torch
+    """Whether instances of ``cls`` are described as torch tensors (the extractor of a class not
+    seen before is chosen here, as :func:`describe_array` would: a class is torch's from its first
+    use, not from its first description)."""
+    extractor = _extractors.get(cls)
+    if extractor is None:
+        extractor = _extractors[cls] = _choose_extractor(cls)
+    return extractor is _describe_torch
 
 
 def torch_device_pointer(t: Any, device: int, dtype: str, contiguous: bool) -> int | None:

@@ -127,3 +127,50 @@ def test_the_interpreter_reads_and_writes_a_neg_view_with_its_negation():
     store = torch.full((300,), float("nan"))
     k.interpret[(2,)](base, y, torch._neg_view(store), 300, BLOCK=256)
     np.testing.assert_allclose(store.numpy(), -(base.numpy().astype(np.float64) + y.numpy()), rtol=2**-23)
+
+
+def _torch_subclass():
+    """A torch.Tensor subclass never described before (as ``torch.Tensor`` is in a fresh process):
+    an instance made with ``on_gpu`` says it is a CUDA tensor of device 0 at a made-up address; the
+    others are the CPU tensors they are."""
+    import torch
+
+    class FirstSeen(torch.Tensor):
+        __torch_function__ = torch._C._disabled_torch_function_impl
+
+        @property
+        def is_cuda(self):
+            return self.__dict__.get("on_gpu", False)
+
+        def get_device(self):
+            return 0 if self.is_cuda else -1
+
+        def data_ptr(self):
+            return self.__dict__["address"] if self.is_cuda else super().data_ptr()
+
+    def make(on_gpu, i):
+        t = torch.Tensor._make_subclass(FirstSeen, torch.rand(1024) + 0.5)
+        if on_gpu:
+            t.on_gpu, t.address = True, 0x7F00_0000_0000 + i * 0x10000
+        return t
+
+    return FirstSeen, make
+
+
+def test_a_torch_class_is_torchs_before_its_first_description(torch_like):
+    """Whether a class is torch's was read from the cache ``describe_array`` fills, so a class never
+    described yet (torch.Tensor in a fresh process) was not torch's: a first call of CPU tensors
+    filed its fast entry as one of host arrays of no torch stream, and every later call of CUDA
+    tensors of that fingerprint launched on the legacy default stream, not torch's current one."""
+    from sparsile.backend.runtime.arguments import is_torch_type
+
+    cls, make = _torch_subclass()
+    assert is_torch_type(cls)
+    k = vadd()
+    k[(4,)](*(make(False, i) for i in range(3)), 1024, BLOCK=256)
+    assert torch_like.launches[-1]["stream"] == 0  # host arrays only: the legacy default stream
+    gpu_args = [make(True, i) for i in range(3)]
+    for _ in range(2):
+        k[(4,)](*gpu_args, 1024, BLOCK=256)
+        assert torch_like.launches[-1]["stream"] == TORCH_STREAM
+        assert torch_like.launches[-1]["params"][0] == gpu_args[0].data_ptr().to_bytes(8, "little")
