@@ -36,6 +36,7 @@ from ..backend.runtime.arguments import MISSING, is_torch_type
 from ..backend.runtime.launch_config import normalize_grid
 from ..frontend.diagnostics import LaunchError
 from ..frontend.ir import types as T
+from ..frontend.sema.captures import EMPTY, CaptureSet
 from ..frontend.sema.specialize import fingerprint, grid_lookup_error
 from ..frontend.sema.values import Const
 from .array_devices import array_device, several_gpus
@@ -59,9 +60,11 @@ class FastLaunches:
         self.tensor_types: set[type] = set()
         self.ints = tuple(isinstance(p.annotation, T.ScalarType) and p.annotation.is_int for p in kernel.params)
         self.constexpr = {p.name: p.annotation is T.CONSTEXPR for p in kernel.params}
+        from ..backend import runtime
         from ..backend.runtime import devices
 
         self._devices = devices
+        self._buffer_type = runtime.DeviceBuffer
         if several_gpus():  # (on a host of one GPU every CUDA array is on the current device)
             self.key = self._key_with_device  # type: ignore[method-assign]
 
@@ -72,7 +75,7 @@ class FastLaunches:
     def key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
         """The fingerprint of a call, or None when some argument has none."""
         prints: list[Any] = [self._devices.default_ordinal, len(args)]
-        tensors = self.tensor_types
+        tensors, buffer_type = self.tensor_types, self._buffer_type
         for value, constexpr, annotated_int in zip(args, self.flags, self.ints):
             cls = type(value)
             if cls in tensors and not constexpr:  # fingerprint of a torch tensor, inlined
@@ -80,6 +83,9 @@ class FastLaunches:
                 continue
             if annotated_int and cls is int:  # its range is the launcher's check: only 16-divisibility
                 prints.append(value % 16 == 0)
+                continue
+            if cls is buffer_type and not constexpr:  # _buffer_fingerprint, inlined
+                prints.append((cls, value.dtype, value.ndim, value.ptr % 16 == 0, value.device))
                 continue
             fp = fingerprint(value, constexpr)
             if fp is None:
@@ -90,7 +96,11 @@ class FastLaunches:
                 tensors.add(cls)
             prints.append(fp)
         for name, value in kwargs.items():  # options (num_warps=...) count as constexprs
-            fp = fingerprint(value, self.constexpr.get(name, True))
+            constexpr = self.constexpr.get(name, True)
+            if constexpr and type(value) is int:  # fingerprint's (int, value) of an int constexpr, inlined
+                prints.append((name, (int, value)))
+                continue
+            fp = fingerprint(value, constexpr)
             if fp is None:
                 return None
             prints.append((name, fp))
@@ -137,18 +147,16 @@ class FastEntry:
     their defaults, never the arguments of the call that filed the entry (the entry would keep
     its arrays alive for as long as the kernel)."""
 
-    __slots__ = ("getter", "launcher", "meta", "names", "pad", "prepared", "single", "torch_stream")
+    __slots__ = ("captures", "getter", "launcher", "meta", "names", "pad", "prepared", "single", "torch_stream")
 
     def __init__(self, launcher: Any, getter: Callable[[tuple[Any, ...]], Any], single: bool, pad: tuple[Any, ...],
-                 meta: dict[str, Any], torch_stream: bool, prepared: Any = None, names: tuple[str, ...] = ()):
+                 meta: dict[str, Any], torch_stream: bool, prepared: Any = None, names: tuple[str, ...] = (),
+                 captures: CaptureSet | None = None):
         self.launcher, self.getter, self.single, self.pad = launcher, getter, single, pad
         self.meta, self.torch_stream, self.prepared, self.names = meta, torch_stream, prepared, names
-
-    def captures_valid(self, kernel: Any) -> bool:
-        """Whether what the kernel's parameters and this launcher's IR read from Python is unchanged
-        (always, for a ``.spk`` kernel: nothing is captured)."""
-        params, captures = kernel._param_captures, getattr(self.launcher, "captures", None)
-        return (not params or params.still_valid()) and (not captures or captures.still_valid())
+        self.captures = captures
+        """What the kernel's parameters and the launcher's IR read from Python (:func:`entry_captures`),
+        checked before each launch; None when nothing was read (a ``.spk`` kernel)."""
 
     def launch(self, grid: Any, args: tuple[Any, ...], stream: Any) -> None:
         if callable(grid):  # the call's arguments (its positional ones: the others are in meta), constexpr values
@@ -176,6 +184,17 @@ class FastEntry:
         if stream is None and self.torch_stream:
             stream = torch_current_stream(self.launcher.device.ordinal)
         self.launcher(grid, values, stream=stream)
+
+
+def entry_captures(kernel: Any, launcher: Any) -> CaptureSet | None:
+    """The Python values a fast entry's launches depend on, as one set checked once per launch: the
+    launcher's captures (its IR's, which hold the reads of the parameters' annotations and defaults
+    it was specialized with: ``Kernel.ir_entry``) joined with the kernel's parameter captures of now
+    (the same places: a place read by both is kept once), or None when there are none. The entry
+    lives in the :class:`FastLaunches` of the kernel's current parameters (``valid_for``), so these
+    parameter captures are the kernel's for as long as the entry is used."""
+    captures = (getattr(launcher, "captures", None) or EMPTY) + kernel._param_captures
+    return captures if captures else None
 
 
 def remember(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], launcher: Any, bound: dict[str, Any],
@@ -221,4 +240,4 @@ def remember(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], launche
         fast.entries.clear()
     fast.entries[key] = FastEntry(launcher, operator.itemgetter(*sources), len(sources) == 1,
                                   tuple(pad) if max(sources) >= len(args) else (), meta, torch_stream, prepared,
-                                  tuple(names))
+                                  tuple(names), entry_captures(kernel, launcher))

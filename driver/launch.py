@@ -105,13 +105,15 @@ class GpuLaunch:
         return compile_cached(self.kernel, bindings, key, _target(target), options)
 
     def __call__(self, *args: Any, stream: Any = None, **kwargs: Any) -> None:
-        fast = self.kernel.__dict__.get("_fast_launches")
-        if fast is not None and fast.options == self.kernel.options and fast.params is self.kernel._params:
+        kernel = self.kernel
+        fast = kernel.__dict__.get("_fast_launches")
+        if fast is not None and fast.params is kernel._params and fast.options == kernel.options:
             key = fast.key(args, kwargs)
             entry = fast.entries.get(key) if key is not None else None
             # the common path: arguments of a kind seen before, and the Python values the kernel
-            # captured (a @jit kernel's globals: frontend/sema/captures.py) unchanged
-            if entry is not None and entry.captures_valid(self.kernel):
+            # captured (a @jit kernel's globals: frontend/sema/captures.py) unchanged (one check of
+            # the entry's captures: the launcher's and the parameters', joined once)
+            if entry is not None and (entry.captures is None or entry.captures.still_valid()):
                 try:
                     entry.launch(self.grid, args, stream)
                 except LaunchError as exc:  # arrays on two GPUs: the full path names both (SP0707)

@@ -309,6 +309,16 @@ class PreparedLaunch:
                 generic(v, call)  # raises the diagnostic (or takes an unusual but valid array)
 
             return torch_array
+        if cls is runtime.DeviceBuffer and simple and rank is None:  # sparsile's own: dense, never read-only
+            bdt, pack = value.dtype, _U64.pack_into
+
+            def device_buffer(v: Any, call: _Call) -> None:
+                if type(v) is cls and v.dtype == bdt and v.device == ordinal and not v.ptr & mask:
+                    pack(view, ptr_offset, v.ptr)
+                    return
+                generic(v, call)  # raises the diagnostic
+
+            return device_buffer
         if cls.__module__.split(".")[0] == "cupy" and hasattr(value, "data") and hasattr(value.data, "ptr"):
             ndt, itemsize = value.dtype, value.itemsize
 
@@ -371,7 +381,12 @@ class PreparedLaunch:
             if call.waits:  # (the event and the consumer stream: in the kernel's context)
                 for producer in call.waits:
                     self._runtime.stream_wait(self._module._state, handle, producer)
-            err = self._launch_once(dims, handle)
+            if self._config is None:  # (_launch_once, inlined)
+                bx, by, bz = self._block
+                err = self._launch(self._handle, dims[0], dims[1], dims[2], bx, by, bz, self._shared, handle,
+                                   self._buffer.address, 0)[0]
+            else:
+                err = self._launch_once(dims, handle)
             if err != self._runtime.SUCCESS:
                 if err in self._runtime.RETRY_AFTER_CONTEXT_SWITCH:  # torch/CuPy switched contexts
                     again = self._module.activate(force=True)

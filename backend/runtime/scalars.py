@@ -123,8 +123,8 @@ def scalar_writer(p: Any, offset: int, view: Any) -> Callable[[Any, Any], None]:
             if type(value) is not int or not low <= value <= high:
                 view[offset:offset + size] = encode_scalar(dtype, value, name)  # checks and raises
                 value = int(value)
-            if divisor > 1:
-                check_divisible(name, value, divisor)
+            if divisor > 1 and value % divisor:
+                check_divisible(name, value, divisor)  # raises SP0709
             packer.pack_into(view, offset, value)
 
         return convert_int
