@@ -84,6 +84,9 @@ class FastLaunches:
             if annotated_int and cls is int:  # its range is the launcher's check: only 16-divisibility
                 prints.append(value % 16 == 0)
                 continue
+            if constexpr and cls is int:  # fingerprint's (int, value) of an int constexpr, inlined
+                prints.append((int, value))
+                continue
             if cls is buffer_type and not constexpr:  # _buffer_fingerprint, inlined
                 prints.append((cls, value.dtype, value.ndim, value.ptr % 16 == 0, value.device))
                 continue
