@@ -132,7 +132,8 @@ def device_buffers(count: int) -> list[Any]:
 
 
 def jit_vadd() -> Any:
-    """The vector add as a ``@jit`` kernel reading the global SCALE (its captures are checked per launch)."""
+    """The vector add as a ``@jit`` kernel made in a function: it reads ``sp`` from the closure and
+    SCALE from the module (its captures are checked per launch)."""
     import sparsile as sp
 
     @sp.jit

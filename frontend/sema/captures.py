@@ -55,12 +55,13 @@ class _Recorder:
 class _Read:
     """One place a kernel read: ``fetch()`` gives what is there now."""
 
-    __slots__ = ("by_value", "fetch", "fp", "globs", "ident", "obj", "where")
+    __slots__ = ("by_value", "cell", "fetch", "fp", "globs", "ident", "obj", "where")
 
     def __init__(self, fetch: Callable[[], Any], where: tuple[Any, ...], obj: Any,
-                 globs: dict[str, Any] | None = None):
+                 globs: dict[str, Any] | None = None, cell: Any = None):
         self.ident: tuple[Any, ...] = ()
         self.globs = globs  # the dict read (a module's, or a function's annotations): checked inline by name
+        self.cell = cell  # the closure cell read: checked inline too
         self.fetch = fetch
         self.where = where
         self.obj = obj
@@ -94,23 +95,28 @@ def _by_identity(obj: Any) -> bool:
 class CaptureSet:
     """The captured reads of one IR (and of the parameter annotations it was specialized with)."""
 
-    __slots__ = ("_globals", "_rest", "reads")
+    __slots__ = ("_cells", "_globals", "_rest", "reads")
 
     def __init__(self, reads: tuple[_Read, ...] = ()):
         self.reads = reads
         self._regroup()
 
     def _regroup(self) -> None:
-        """Globals are checked inline (a dict lookup and an identity test each, no call through
-        a ``_Read``); closure cells, attributes and values compared by value through their read."""
+        """Globals and closure cells are checked inline (a dict lookup or a cell read and an
+        identity test each, no call through a ``_Read``); attributes and values compared by value
+        through their read."""
         fast: list[tuple[dict[str, Any], str, Any]] = []
+        cells: list[tuple[Any, Any]] = []
         rest: list[_Read] = []
         for r in self.reads:
             if r.globs is not None and not r.by_value:
                 fast.append((r.globs, r.where[2], r.obj))
+            elif r.cell is not None and not r.by_value:
+                cells.append((r.cell, r.obj))
             else:
                 rest.append(r)
         self._globals = tuple(fast)
+        self._cells = tuple(cells)
         self._rest = tuple(rest)
 
     def __bool__(self) -> bool:
@@ -123,6 +129,13 @@ class CaptureSet:
         """Whether every captured place still holds what the kernel compiled with."""
         for globs, name, obj in self._globals:
             if globs.get(name, MISSING) is not obj:
+                return self._check_each()
+        for cell, obj in self._cells:
+            try:
+                now = cell.cell_contents
+            except ValueError:  # an emptied cell (`del` of the variable)
+                now = MISSING
+            if now is not obj:
                 return self._check_each()
         for r in self._rest:  # a C call and an identity test per read
             if (r.fetch() is not r.obj or r.by_value) and not r.unchanged():
@@ -304,7 +317,7 @@ class PythonGlobals:
                 obj = MISSING
             if getattr(_state, "stack", None):
                 _note(("closure", id(cell)), lambda: _Read(lambda: _cell_value(cell), ("closure", self.where, name),
-                                                           obj))
+                                                           obj, cell=cell))
             if obj is MISSING:
                 return EmptyClosureCell()
             return self._wrap(obj)

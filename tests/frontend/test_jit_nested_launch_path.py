@@ -134,3 +134,53 @@ def test_an_invalid_type_annotation_says_why_wherever_the_kernel_is(tmp_path, an
     assert (d.code, d.message, d.help) == ("SP0302", message, None)
     line = next(n for n, s in enumerate(text.splitlines(), 1) if "def k(" in s)
     assert (d.span.file_line, d.span.file_col) == (line, text.splitlines()[line - 1].index("sp.") + 1)
+
+
+CLOSURE = '''
+import sparsile as sp
+
+
+def make(scale):
+    def k(x: sp.ptr[sp.f32], out: sp.ptr[sp.f32], n: sp.i32, s: sp.f32, BLOCK: sp.constexpr = 16, *,
+          ADD: sp.constexpr = 1.0):
+        i = sp.arange(0, BLOCK)
+        m = i < n
+        sp.store(out + i, sp.load(x + i, mask=m) * s * scale + ADD, mask=m)
+
+    def set_scale(value):
+        nonlocal scale
+        scale = value
+
+    def forget_scale():
+        nonlocal scale
+        del scale
+
+    return sp.jit(k), set_scale, forget_scale
+'''
+
+
+def _expect_scaled(x: np.ndarray, out: np.ndarray, scale: float) -> None:
+    want = x.astype(np.float64) * 1.5 * scale + 1.0
+    assert np.all(np.abs(out - want) <= 4 * np.finfo(np.float32).eps * (np.abs(want) + 1))
+
+
+def test_a_closure_variable_is_checked_without_a_python_call_and_still_noticed(tmp_path) -> None:
+    # A closure cell was read through a Python lambda at every launch (the kernel made in a
+    # function, reading that function's variable); a global is read inline.
+    module = import_source(CLOSURE, tmp_path, "closure_launch_path")
+    kernel, set_scale, forget_scale = module.make(2.0)
+    x, out = _run(kernel)
+    _expect_scaled(x, out, 2.0)
+    _, bindings, key = kernel.bind((x, out, 16, 1.5), {})
+    captures = kernel.captures_for(bindings, key)
+    assert any(r.where[0] == "closure" for r in captures.reads)
+    assert _python_calls(captures.still_valid) == []
+    set_scale(2.0)  # the same value in the same object: still valid
+    assert captures.still_valid()
+    set_scale(4.0)  # another value: compiled anew
+    assert not captures.still_valid()
+    x, out = _run(kernel)
+    _expect_scaled(x, out, 4.0)
+    captures = kernel.captures_for(*kernel.bind((x, out, 16, 1.5), {})[1:])
+    forget_scale()  # an emptied cell is a change too
+    assert not captures.still_valid()
