@@ -13,8 +13,9 @@ fast entry), with arrays that stand in for device arrays:
   DeviceBuffers       sparsile's ``DeviceBuffer`` objects at made-up addresses (nothing allocated)
 
 The rows run in order in one process, so the first row is the process's first launch of a torch
-tensor class (until c86ec62 its fast entry read its first tensor through the generic path: the class
-was not yet known to be torch's). Rows also give a call passing the run-time ``n`` by keyword, which takes the full path every time
+tensor class (before ``is_torch_type`` chose a class's extractor on first sight, its fast entry read
+the first tensor through the generic path). Rows also give a call passing the run-time ``n`` by
+keyword, which takes the full path every time
 (bind, specialize, the launcher's lookup and argument conversion), a ``prepare()``d launch of the
 same kernel, and the fake launch alone (the floor under every row; on a GPU a real
 ``cuLaunchKernel`` replaces it). Times are µs per call over

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import re
+import subprocess
 import sys
 from typing import Any
 
@@ -1032,3 +1034,24 @@ def test_linear_a_failing_later_pass_keeps_the_first(monkeypatch, tmp_path, caps
     assert "sl_best_passes" not in r and "dense_best_passes" not in r and r["sl_best"] > 0
     assert r["errors"]["pass 2"] == "RuntimeError: CUDA out of memory (stand-in)"
     assert "targets:" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------------
+# bench_launch_cpu (in a process of its own: it replaces the device with a fake one)
+
+
+def test_bench_launch_cpu_prints_every_row():
+    pytest.importorskip("torch")
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_launch_cpu.py"), "--rounds", "1",
+                          "--target-ms", "1"], capture_output=True, text=True, env=dict(os.environ), timeout=600)
+    assert run.returncode == 0, run.stderr
+    rows = {}
+    for line in run.stdout.splitlines()[2:]:
+        name, lo, med, calls = re.fullmatch(r"(.+?)\s+([\d.]+)\s+([\d.]+)\s+(\d+)", line).groups()
+        assert 0 < float(lo) <= float(med)
+        rows[name] = int(calls)
+    assert len(rows) == 7
+    full = rows["vadd, torch stand-ins, n= by keyword (full path)"]
+    for name in ("vadd, torch stand-ins: kernel[grid]", "vadd, DeviceBuffers: kernel[grid]",
+                 "vadd @jit (captures), torch stand-ins: kernel[grid]"):
+        assert rows[name] < full / 3  # the fast path
