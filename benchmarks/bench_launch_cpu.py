@@ -9,7 +9,8 @@ path, ``kernel[grid](x, y, out, n, BLOCK=1024)`` (after a first call that compil
 fast entry), with arrays that stand in for device arrays:
 
   torch stand-ins     a ``torch.Tensor`` subclass over CPU memory that says it is a CUDA tensor on
-                      device 0 at a made-up device address (its other methods are torch's own C ones)
+                      device 0 at a made-up device address (its other methods are torch's own C
+                      ones, though a subclass's attribute reads cost ~150 ns against ~50 ns)
   DeviceBuffers       sparsile's ``DeviceBuffer`` objects at made-up addresses (nothing allocated)
 
 The rows run in order in one process, so the first row is the process's first launch of a torch
