@@ -49,6 +49,15 @@ def _built(error_type: type, code: str, message: str, help: str | None) -> Any:
         _BUILDING.active = False
 
 
+@torch.compiler.disable
+def _raise(error: BaseException) -> None:
+    """``raise error``, in a frame dynamo never compiles: after the graph break at :func:`_built`, dynamo
+    compiles the rest of :func:`_stop_tracing` as a resume function, and torch 2.11's dynamo failed its own
+    assertion (``exn_vt_stack.get_current_exception``) on a ``raise`` of a local there (a compiled
+    ``torch.func.jvp`` through a frozen layer on a GPU) instead of raising the error."""
+    raise error
+
+
 def _stop_tracing(error_type: type, code: str, message: str, help: str | None) -> None:
     """Called for real with the error's type and strings, by dynamo while it traces (``assume_constant_result``):
     dynamo's ``Unsupported`` with the rendered error as its text and the error as its cause. Called by a frame
@@ -56,7 +65,7 @@ def _stop_tracing(error_type: type, code: str, message: str, help: str | None) -
     any trace): the error itself, as the eager call raises it."""
     error = _built(error_type, code, message, help)
     if torch._guards.TracingContext.try_get() is None:  # (no trace: compiled code running)
-        raise error
+        _raise(error)
     from torch._dynamo.exc import Unsupported
 
     raise Unsupported(error.render()) from error

@@ -272,6 +272,17 @@ print("OK", len(captured_records(layer, cache)))
 """
 
 
+_MALLOC_ASYNC_TORCH_ALONE = _MALLOC_ASYNC_SCRIPT.replace(
+    "layer = e4m3_layer()", "layer = torch.nn.Linear(K, N, device='cuda', dtype=torch.bfloat16)").replace(
+    "check_against_float64(layer, x, ", "(").replace("cache = layer.__dict__[\"_records\"]", "cache = None").replace(
+    "len(captured_records(layer, cache))", "0").replace(
+    "from sparsile.tests.gpu.test_torch_graph_owners_gpu import e4m3_layer,",
+    "from sparsile.tests.gpu.test_torch_graph_owners_gpu import K, N, e4m3_layer,")
+"""The same captures and replays of a plain ``nn.Linear`` (no sparsile call): the baseline that tells
+whether torch's cudaMallocAsync graphs work on this machine at all (on the H100 of the fifty-second
+session, torch 2.11, they did not: an illegal address at the first replay of plain torch too)."""
+
+
 def test_under_cuda_malloc_async_back_to_back_captures_replay_and_free_nothing_inside_the_second():
     """torch's cudaMallocAsync allocator (a subprocess: the backend is read at CUDA init). A graph
     captured, replayed and deleted, then a second capture on torch.cuda.graph's shared capture stream
@@ -288,6 +299,12 @@ def test_under_cuda_malloc_async_back_to_back_captures_replay_and_free_nothing_i
     root = os.path.dirname(os.path.dirname(os.path.abspath(sparsile.__file__)))  # (where sparsile imports from)
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync", PYTHONPATH=path)
+    torch_alone = subprocess.run([sys.executable, "-c", _MALLOC_ASYNC_TORCH_ALONE], env=env, capture_output=True,
+                                 text=True, timeout=600)
+    if torch_alone.returncode != 0 or "OK" not in torch_alone.stdout:
+        pytest.skip("the same captures of a plain nn.Linear fail under this torch's cudaMallocAsync (on an H100, torch "
+                    "2.11: an illegal address at the first replay), so this GPU cannot tell sparsile's part: "
+                    + (torch_alone.stderr.strip().splitlines() or [""])[-1][:200])
     done = subprocess.run([sys.executable, "-c", _MALLOC_ASYNC_SCRIPT], env=env, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0 and "OK" in done.stdout, done.stdout + done.stderr
