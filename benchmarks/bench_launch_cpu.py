@@ -42,17 +42,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-SOURCE = """
-@kernel
-def empty(x: ptr[f32], n: i32):
-    pass
-
-@kernel
-def vadd(x: ptr[f32], y: ptr[f32], out: ptr[f32], n: i32, BLOCK: constexpr):
-    offs = program_id(0) * BLOCK + arange(0, BLOCK)
-    m = offs < n
-    store(out + offs, load(x + offs, mask=m) + load(y + offs, mask=m), mask=m)
-"""
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_launch import SOURCE  # (a sibling script: the same empty kernel and vector add)
 
 SCALE = 1.0
 """Read by the ``@jit`` vector add below: a captured Python global, checked at every launch."""
