@@ -481,6 +481,15 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
     ;;
+a53)  # after a52 (H100: 518 passed, 3 failed): on an H200 issue 12's T <= 16 rows first (the acceptance), then the
+     # three a52 failures' fixes (traced_errors' disabled raise; the cudaMallocAsync tests' baseline / side stream)
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        run 280 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+            --passes 3 --json "$out/linear-passes-53.json"
+    fi
+    run 200 python -m pytest -q -m gpu -n 4 --timeout 120 -rfEs --junitxml="$out/junit-a53.xml" \
+        tests/gpu/test_capture_threads_gpu.py tests/gpu/test_torch_graph_owners_gpu.py tests/gpu/test_autotune_streams_gpu.py
+    ;;
 a52)  # a51 plus the fifty-second session's capture-thread scenarios (tests/gpu/test_capture_threads_gpu.py)
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
         run 280 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
