@@ -235,15 +235,14 @@ class RecordCache:
         ``cudaMallocAsync`` allocator) nothing is dropped and ``releases_seen`` is left unread (None):
         no fast path is made meanwhile, so each call comes back here until they are dropped."""
         counter = graph_life.release_counter()
-        seen = (None, 0) if counter is None else (counter, counter.value)
-        if counter is not None and graph_life.released():
-            if not graph_life.may_drop_records(in_capture):
-                self.releases_seen = None
-                return
-            self.releases_seen = seen
+        seen = (None, 0) if counter is None else (counter, counter.value)  # (read before looking: a graph
+        released = counter is not None and graph_life.released()           # destroyed after it is seen later)
+        if released and not graph_life.may_drop_records(in_capture):
+            self.releases_seen = None
+            return
+        self.releases_seen = seen
+        if released:
             self.graphs_released()
-        else:
-            self.releases_seen = seen
 
     def graphs_released(self) -> None:
         """Drop the records tied to a CUDA graph that is destroyed now (graph_life.py), in this
