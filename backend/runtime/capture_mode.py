@@ -41,7 +41,10 @@ stream known to have captured before is capturing now. Callers note such streams
 (:func:`note_capture_stream`: the torch integration notes torch's own streams on which it saw a
 capture, which torch never destroys) and :func:`captures_under_way` asks the driver
 (``cuStreamIsCapturing``, legal during a capture) about each: ``synchronize`` refuses with SP0752
-where one is, instead of invalidating it; a capture on a stream nobody noted is not seen.
+where one is, instead of invalidating it; a capture on a stream nobody noted is not seen. A
+caller that needs only some streams' work complete synchronizes those streams instead, in
+:func:`thread_local_capture_mode`, skipping any :func:`stream_capturing` says is capturing (the torch
+integration's PDL records, waiting for their weight's writes: integrations/torch/stream_waits.py).
 """
 
 from __future__ import annotations
@@ -110,6 +113,14 @@ def _stream_capturing(stream: int) -> bool | None:
 
 
 _IS_CAPTURING: Callable[[int], bool | None] = _stream_capturing
+
+
+def stream_capturing(stream: int) -> bool | None:
+    """Whether ``stream`` (a ``CUstream`` handle, not the legacy default stream: asking it during a
+    capture of a blocking stream is an implicit synchronization) is in a capture now, active or
+    invalidated but not ended (``cuStreamIsCapturing``, legal during any capture); None where the
+    driver gives no answer (no driver library; an invalid handle, as a destroyed stream's)."""
+    return _IS_CAPTURING(stream)
 
 
 def captures_under_way(ordinal: int | None = None) -> bool:

@@ -337,3 +337,20 @@ def test_a_stream_counts_as_capturing_until_its_capture_has_ended(monkeypatch, s
     capture_mode.note_capture_stream(0x71, 0)
     assert capture_mode.captures_under_way(0) is capturing and asked == [0x71]
     assert capture_mode._capture_streams == {0x71: 0}  # (an answer: kept)
+
+
+@pytest.mark.parametrize(("answer", "capturing"), [
+    ((driver.CUresult.CUDA_SUCCESS, driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE), False),
+    ((driver.CUresult.CUDA_SUCCESS, driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE), True),
+    ((driver.CUresult.CUDA_SUCCESS, driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_INVALIDATED), True),
+    ((driver.CUresult.CUDA_ERROR_INVALID_HANDLE, driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE), None),
+])
+def test_stream_capturing_asks_the_driver_about_one_stream(monkeypatch, answer, capturing):
+    """stream_capturing (the torch integration's PDL weight wait asks it about each stream it would
+    synchronize): the driver's cuStreamIsCapturing, an invalidated capture counting until it ends, no
+    answer (a destroyed stream's handle) None; nothing noted or remembered."""
+    asked = []
+    monkeypatch.setattr(driver, "cuStreamIsCapturing", lambda stream: asked.append(int(stream)) or answer)
+    monkeypatch.setattr(capture_mode, "_capture_streams", {})
+    assert capture_mode.stream_capturing(0x83) is capturing and asked == [0x83]
+    assert capture_mode._capture_streams == {}
