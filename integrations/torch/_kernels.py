@@ -39,6 +39,7 @@ from ...stdlib.sparsity.errors import SparsityError
 from .graph_pools import outside_graph_pools, planned_buffers, used_on
 from .native import native_launch, report_failure
 from .quantize import quantize_per_token, quantize_with_scale
+from .stream_waits import wait_for_streams
 from .weight import Weight, same_bytes, same_memory, storage_key, tracked_tensors, weight_versions
 
 OUT_DTYPES: dict[torch.dtype, str] = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
@@ -452,10 +453,15 @@ class LaunchRecord:
 
     def weight_written(self, versions: tuple[int, ...] | None) -> None:
         """The weight was written (``versions``: its version counters now): with PDL, wait until the
-        writes queued so far are complete (a device synchronization, skipped while a CUDA graph is
-        captured), since the kernel reads the weight before it waits for the kernel before it."""
+        writes queued so far on the streams this record's kernels launch on are complete (torch's
+        current stream, where the write was queued or the call launches, and each stream the record
+        launched on), since the kernel reads the weight before it waits for the kernel before it. One
+        ``cuStreamSynchronize`` per stream in thread-local capture mode, never a device-wide
+        synchronize (another thread's CUDA graph capture stays valid); nothing while this thread's
+        current stream captures, and a stream capturing now is skipped (stream_waits.py)."""
         if self.pdl and not capturing():
-            torch.cuda.synchronize(self.weight.values.device)
+            device = self.weight.values.device
+            wait_for_streams((_current_stream(device), *self.streams), device.index or 0)
         self.versions = versions
 
     @staticmethod

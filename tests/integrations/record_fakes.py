@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from sparsile.backend.runtime import native_launch as nl  # noqa: E402
 from sparsile.backend.runtime.cudalib import LaunchConfig  # noqa: E402
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
-from sparsile.integrations.torch import graph_launch, graph_life, native  # noqa: E402
+from sparsile.integrations.torch import graph_launch, graph_life, native, stream_waits  # noqa: E402
 
 _LAUNCH = c.CFUNCTYPE(c.c_int, c.c_void_p, *[c.c_uint] * 7, c.c_void_p, c.c_void_p, c.c_void_p)
 _LAUNCH_EX = c.CFUNCTYPE(c.c_int, c.POINTER(LaunchConfig), c.c_void_p, c.c_void_p, c.c_void_p)
@@ -42,6 +42,8 @@ class FakeDriver:
         self.pads_values = False  # with reads_weight, the plan reads a padded copy of the values (only)
         self.lists_operands = True  # the stand-in plan has weight_operands (refresh_copies can write its copies)
         self.capture_id = 1  # the id of the capture a stream records while kernels._IS_CAPTURING says so
+        self.stream_syncs: list[tuple[int, int]] = []  # (stream, ordinal) of each stream synchronize (stream_waits)
+        self.capturing_streams: dict[int, bool | None] = {}  # what stream_waits hears of a stream: capturing, unknown
 
         def params(address: int) -> list[bytes]:
             ptrs = (c.c_void_p * len(self.sizes)).from_address(address)
@@ -146,6 +148,10 @@ def fake(monkeypatch) -> Iterator[FakeDriver]:
     monkeypatch.setattr(graph_life, "_CAPTURE_GRAPH", lambda stream: None)
     # nor is a capture's stream noted (graph_life.saw_capture): the backend would ask the driver about it later
     monkeypatch.setattr(graph_life, "_NATIVE_STREAM", lambda device: None)
+    # nor synchronized or asked whether it captures (stream_waits.py, a PDL record's wait for weight writes)
+    monkeypatch.setattr(stream_waits, "_SYNCHRONIZE", lambda stream, ordinal: driver.stream_syncs.append(
+        (stream, ordinal)))
+    monkeypatch.setattr(stream_waits, "_CAPTURING", lambda stream: driver.capturing_streams.get(stream, False))
     # likewise no graph replays of a last call (graph_launch.py): the real libcuda would capture the fake
     # native launch and launch it on a fake stream; tests of them turn them on with a fake graph driver
     monkeypatch.setenv(graph_launch.ENV, "0")

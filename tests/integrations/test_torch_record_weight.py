@@ -24,10 +24,11 @@ from sparsile.tests.integrations.record_fakes import _weight, copy_of_values, co
 from sparsile.tests.integrations.record_fakes import fake as fake  # noqa: E402 (a fixture)
 
 
-def _pdl_wanted_and_logged(monkeypatch) -> tuple[list[bool], list]:
+def _pdl_wanted_and_logged(fake, monkeypatch) -> tuple[list[bool], list]:
     """PDL wanted on this (CPU) device; the pdl argument of each plan the records ask for, and each
-    device synchronization, logged in the two lists returned."""
-    asked, synced = [], []
+    stream synchronization (stream_waits.py, faked by record_fakes.fake), in the two lists returned;
+    a device synchronization fails the test."""
+    asked, synced = [], fake.stream_syncs
     plan = kernels.kernel_api().plan_sparse_linear
 
     def plan_with_pdl(*args, pdl=False, **kwargs):
@@ -36,15 +37,19 @@ def _pdl_wanted_and_logged(monkeypatch) -> tuple[list[bool], list]:
 
     monkeypatch.setattr(kernels, "kernel_api", lambda: SimpleNamespace(plan_sparse_linear=plan_with_pdl))
     monkeypatch.setattr(record_cache, "pdl_wanted", lambda device: True)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    monkeypatch.setattr(torch.cuda, "synchronize", _no_device_synchronize)
     return asked, synced
+
+
+def _no_device_synchronize(device=None) -> None:
+    raise AssertionError(f"torch.cuda.synchronize({device!r}): a device-wide synchronize")
 
 
 def test_a_pdl_record_plans_with_pdl_and_waits_for_weight_writes(fake, monkeypatch):
     """RecordCache(pdl=True) on a device that has it: the plans (the eager one-launch variant too)
     are asked for pdl; the weight's queued writes are waited for once when the record is built and
     again after an in-place write (its version counter), not on other calls."""
-    asked, synced = _pdl_wanted_and_logged(monkeypatch)
+    asked, synced = _pdl_wanted_and_logged(fake, monkeypatch)
     fake.decode = True
     fake.n_launches = 2
     fake.reads_weight = True  # the plan reads the weight in place: a write needs no new record
@@ -78,7 +83,7 @@ def test_a_pdl_record_of_inference_tensors_launches_without_pdl(fake, monkeypatc
     """A weight made under torch.inference_mode() keeps no version counter (reading ``_version``
     raises there): an in-place write to it cannot be seen, so its records launch without PDL (and
     a call inside inference_mode does not fail on the version check)."""
-    asked, synced = _pdl_wanted_and_logged(monkeypatch)
+    asked, synced = _pdl_wanted_and_logged(fake, monkeypatch)
     with torch.inference_mode():
         w = _weight()
         x = torch.randn(4, 32)

@@ -79,7 +79,6 @@ def test_the_first_call_after_warm_up_compiles_nothing(fresh_cache, faked_first_
                                                        pdl) -> None:
     if pdl:  # SPARSILE_PDL=1 on a Hopper GPU: the records plan with PDL, their quantizer with TRIGGER
         monkeypatch.setattr(wu, "pdl_wanted", lambda device: True)
-        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     model = _model(dtype)
     report = wu.warm_up(model, tokens=(tokens,), jobs=1)
     assert report.target == "sm_90a" and report.layers == 2 and report.cached == 0

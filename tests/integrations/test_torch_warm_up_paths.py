@@ -126,7 +126,6 @@ def test_warm_up_compiles_what_the_first_calls_compile_and_nothing_else(compiled
     quantizer without TRIGGER that such a record's calls run with SPARSILE_PDL=1."""
     if pdl:
         monkeypatch.setattr(wu, "pdl_wanted", lambda device: True)
-        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     torch.manual_seed(0)
     for out_features, in_features in REPRESENTATIVE_SHAPES:
         layer = spt.SparseLinear(in_features, out_features, bias=True, dtype=dtype)
@@ -200,7 +199,6 @@ def test_warm_up_compiles_what_the_first_traced_calls_compile_and_nothing_else(t
     if pdl:  # SPARSILE_PDL=1 on a Hopper GPU: the eager records plan with PDL; the op's records do not
         monkeypatch.setattr(wu, "pdl_wanted", lambda device: True)
         monkeypatch.setattr(record_cache, "pdl_wanted", lambda device: True)
-        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     torch.manual_seed(0)
     for out_features, in_features in REPRESENTATIVE_SHAPES:
         layer = spt.SparseLinear(in_features, out_features, bias=True, dtype=dtype)
@@ -301,7 +299,6 @@ def test_warm_up_of_a_fused_gated_mlp_compiles_what_its_first_calls_compile_and_
     no call of 1 to 64 tokens runs (the gated layer applies the activation in the kernel there)."""
     if pdl:
         monkeypatch.setattr(wu, "pdl_wanted", lambda device: True)
-        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     block = _gated_mlp(dtype)
     layers = wu.warmed_layers(block)
     for tokens in (1, 4, 16, 64, 100):
@@ -356,7 +353,6 @@ def test_warm_up_compiles_a_static_input_scale_s_first_calls(compiled_keys, monk
     GEMM of a layer without one (warm_up listed those: the first calls compiled)."""
     if pdl:
         monkeypatch.setattr(wu, "pdl_wanted", lambda device: True)
-        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     for out_features, in_features in REPRESENTATIVE_SHAPES:
         layer = spt.SparseLinear(in_features, out_features, bias=True, dtype="e4m3", input_scale=True)
         for tokens in (1, 4, 16, 64, 100):
