@@ -97,6 +97,12 @@ def test_a_pdl_weight_write_during_another_threads_capture_leaves_it_valid(first
 
     xa = torch.randn(64, 128, device="cuda", generator=gen)
     torch.tanh(xa) * 3 + xa
+    with torch.cuda.stream(side):
+        # torch's caching allocator must serve this thread's allocations in the capture window from its cache:
+        # a cudaMalloc there (global mode, another thread capturing) would fail and invalidate B's capture,
+        # whatever sparsile does, and B's torch.cuda.graph empties the cache first. The live keeper holds a
+        # 2 MiB segment of the side stream's small pool through that, with room for y and the poison (8 KiB each)
+        keeper = torch.empty(1, device="cuda")
     real_device_sync()
     began, done, result = threading.Event(), threading.Event(), {}
     capturer = threading.Thread(target=_capture_held_open, args=(xa, began, done, result))
@@ -124,3 +130,4 @@ def test_a_pdl_weight_write_during_another_threads_capture_leaves_it_valid(first
     assert set(record.streams) - {capture_stream} <= set(synced)
     assert record.versions == tuple(t._version for t in record.tracked)
     check_against_float64(layer, x, y)  # the new weight's result
+    del keeper
