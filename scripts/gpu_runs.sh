@@ -481,6 +481,18 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
     ;;
+a54)  # on an H200 issue 12's T <= 16 rows first (the acceptance), then the fifty-third session's GPU tests: PDL weight
+     # writes without a device synchronize (test_pdl_weight_write_gpu.py), the cudaMallocAsync capture-mode scenarios,
+     # and the torch layer files that run PDL records
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        run 280 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+            --passes 3 --json "$out/linear-passes-54.json"
+    fi
+    run 280 python -m pytest -q -m gpu -n 6 --timeout 150 -rfEs --junitxml="$out/junit-a54.xml" \
+        tests/gpu/test_pdl_weight_write_gpu.py tests/gpu/test_capture_threads_gpu.py \
+        tests/gpu/test_torch_graph_owners_gpu.py tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_kept_launches_gpu.py \
+        tests/gpu/test_torch_warm_up_gpu.py tests/gpu/test_torch_native_gpu.py tests/gpu/test_pdl_gpu.py
+    ;;
 a53)  # after a52 (H100: 518 passed, 3 failed): on an H200 issue 12's T <= 16 rows first (the acceptance), then the
      # three a52 failures' fixes (traced_errors' disabled raise; the cudaMallocAsync tests' baseline / side stream)
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
