@@ -28,11 +28,13 @@ from ..frontend.sema.captures import (
     annotation_resolver,
     python_annotation,
     python_default,
+    python_default_value,
     recording,
     register_function_type,
 )
 from ..frontend.sema.core import Sema
 from ..frontend.sema.emitter import describe
+from ..frontend.sema.jit_globals import computed_default, default_diagnostic
 from ..frontend.sema.specialize import (
     ParamInfo,
     bind_arguments,
@@ -228,8 +230,14 @@ class Kernel:
                 try:
                     if dv is MISSING:
                         dv = sema.evaluate(p.default)
+                    else:  # `np.int8(100)` computed there: typed, as sema's evaluation of the call
+                        dv = computed_default(python_default_value(self.globals, p.name), p.default, dv)
                 except CompileError as e:
                     errors.extend(in_a_default(e.diagnostics, p.name))
+                    continue
+                refused = default_diagnostic(p.name, ann is T.CONSTEXPR, dv, p.default.span)
+                if refused is not None:
+                    errors.append(refused)
                     continue
                 default = _python_value(dv)
             out.append(ParamInfo(p.name, ann, default, has_default))

@@ -260,6 +260,11 @@ class PythonGlobals:
             # the enclosing scopes are read now, with the kernel's source (annotation_scope.py)
             self._annotation_names = AnnotationNames(self, f, self.closure)
 
+    @property
+    def function(self) -> Callable[..., Any]:
+        """The ``@jit`` function whose names this resolves."""
+        return self._function
+
     def python_default(self, name: str) -> Any:
         """The default of parameter ``name`` as Python evaluated it when the ``def`` ran, wrapped
         (and recorded as a read, which a changed ``__defaults__`` invalidates), for a nested
@@ -338,6 +343,14 @@ def python_default(resolver: Any, name: str) -> Any:
     """:meth:`PythonGlobals.python_default` of a ``@jit`` function's resolver; MISSING for any
     other resolver (a ``.spk`` module's, a helper nested in a kernel)."""
     return resolver.python_default(name) if isinstance(resolver, PythonGlobals) else MISSING
+
+
+def python_default_value(resolver: Any, name: str) -> Any:
+    """The default of parameter ``name`` of a nested ``@jit`` function as Python evaluated it,
+    unwrapped and not recorded (:func:`python_default` records the read); MISSING otherwise."""
+    if not isinstance(resolver, PythonGlobals) or not resolver.nested:
+        return MISSING
+    return _python_defaults(resolver.function).get(name, MISSING)
 
 
 def python_annotation(resolver: Any, name: str) -> Any:

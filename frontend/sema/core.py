@@ -24,9 +24,10 @@ from ..ir.core import Block, Builder, Function, Param, Region, Value
 from ..spans import Span
 from ..syntax import ast as A
 from .call_help import in_a_default
-from .captures import MISSING, annotation_resolver, python_annotation, python_default
+from .captures import MISSING, annotation_resolver, python_annotation, python_default, python_default_value
 from .control import ControlFlowMixin
 from .expr import ExprMixin
+from .jit_globals import computed_default
 from .scope import ReturnSignal, Scope, assigned_names, ends_in_return
 from .type_ctors import annotation_help
 from .values import POISON, Arg, AssignedLater, Const, HelperFunction, PoisonError, UnreadableAnnotation
@@ -443,7 +444,8 @@ class Sema(ExprMixin, ControlFlowMixin):
                         raise self.error("SP0321", f"`{node.name}` is missing the argument `{p.name}`", span,
                                          help=f"signature: {_helper_signature(node)}")
                     default = python_default(helper.globals, p.name)  # a nested @jit function's: Python's
-                    bound[p.name] = self._default_value(p) if default is MISSING else default
+                    bound[p.name] = self._default_value(p) if default is MISSING else \
+                        computed_default(python_default_value(helper.globals, p.name), p.default, default)
                 if p.annotation is not None:
                     ann = python_annotation(helper.globals, p.name)  # a nested @jit function's: Python's
                     ann = self._annotation_value(p.annotation) if ann is MISSING else getattr(ann, "value", None)

@@ -29,6 +29,7 @@ from .consts import (
     try_fold_builtin,
 )
 from .emitter import MAX_CONSTANT_BITS, ConstantTooLarge, Emitter, check_integer_constant, describe, fold_binary
+from .jit_globals import numpy_type_without_type, numpy_without_type_diagnostic
 from .member_help import for_loop_help, missing_member
 from .operand_help import membership_help, subscript_help
 from .python_builtins import builtin_help
@@ -475,6 +476,9 @@ class ExprMixin:
         if jit_helper is not None:
             return self.inline_call(jit_helper, [a.value for a in args], {k: v.value for k, v in kwargs.items()},  # type: ignore[attr-defined]
                                     node.span)
+        numpy_name = numpy_type_without_type(func.value) if isinstance(func, Const) else None
+        if numpy_name is not None:  # `np.complex64(3)`: as a nested kernel's same default (Python's value) is
+            raise CompileError([numpy_without_type_diagnostic(numpy_name, node.span)])
         help_ = not_callable_help(func.value) if isinstance(func, Const) else None
         raise CompileError([Diagnostic("SP0332", f"{describe(func)} is not callable in a kernel", node.func.span,
                                        help=help_)])

@@ -10,9 +10,14 @@ from __future__ import annotations
 import types as pytypes
 from typing import Any
 
+import numpy as np
+
+from ..diagnostics import CompileError, Diagnostic
 from ..ir import types as T
+from ..spans import Span
+from ..syntax import ast as A
 from .builtins import ROOT
-from .consts import typed_constant
+from .consts import convert_const, typed_constant
 from .values import Builtin, Const, HelperFunction, Namespace
 
 
@@ -37,9 +42,7 @@ def wrap_python_value(obj: Any) -> Any:
     if isinstance(obj, tuple | list):
         return tuple(wrap_python_value(x) for x in obj)
     try:
-        import numpy as np
-
-        if isinstance(obj, np.integer):
+        if isinstance(obj, np.integer):  # a captured NumPy scalar is Python's number, as at a launch
             return Const(int(obj))
         if isinstance(obj, np.floating):
             return Const(float(obj))
@@ -52,9 +55,76 @@ def wrap_python_value(obj: Any) -> Any:
     return Const(obj)
 
 
-def _is_numpy_dtype_like(obj: Any) -> bool:
-    import numpy as np
+def numpy_scalar_constant(obj: Any) -> Const | None:
+    """The typed constant of a NumPy (or ml_dtypes) scalar: what the call ``np.int8(100)`` written
+    in a kernel is, the ``i8`` constant 100. None for a scalar of a type the language has none for
+    (``np.complex64``)."""
+    if not isinstance(obj, np.generic):
+        return None
+    t = T.from_numpy_dtype(np.dtype(type(obj)))
+    if t is None:
+        return None
+    value = bool(obj) if t.is_bool else int(obj) if t.is_int else float(obj)
+    return Const(convert_const(value, t), t)  # exact: the value is already one of type t
 
+
+NUMPY_SCALARS_HELP = ("the language's NumPy scalars are np.bool_, np.int8 to np.int64, np.uint8 to np.uint64, "
+                      "np.float16, np.float32, np.float64 and ml_dtypes' bfloat16, float8_e4m3fn and "
+                      "float8_e5m2; or give a Python number")
+
+
+def numpy_type_without_type(obj: Any) -> str | None:
+    """The name of ``obj``'s NumPy scalar type when the language has no such type
+    (``np.complex64(3)``, ``np.longdouble(2.5)``, ``np.str_("a")``, or the class itself), else None."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    if not (issubclass(cls, np.generic) and cls is not np.generic):
+        return None
+    try:
+        return None if T.from_numpy_dtype(np.dtype(cls)) is not None else cls.__name__
+    except (TypeError, ValueError):  # an abstract class (np.floating): not a scalar's type either
+        return cls.__name__
+
+
+def numpy_without_type_diagnostic(name: str, span: Span) -> Diagnostic:
+    """SP0302 for a NumPy scalar of type ``name``, which the language has no type for, at ``span``:
+    the call ``np.complex64(3)`` in a kernel (a module-level kernel's default included) and Python's
+    value of a default (a nested kernel's, or a module global's) give the same diagnostic."""
+    return Diagnostic("SP0302", f"NumPy's `{name}` has no type in the language", span, help=NUMPY_SCALARS_HELP)
+
+
+def computed_default(value: Any, node: A.Expr, wrapped: Any) -> Any:
+    """A nested kernel's default as a module-level kernel's is: Python's ``value`` (``wrapped``, as
+    a captured value is) when the default's source ``node`` reads it (``a=v``, ``a=cfg.X``: a
+    NumPy scalar is Python's number then, as a module global is), but the typed constant of a NumPy
+    scalar that the source computes by a call (``a=np.int8(100)``: the ``i8`` constant, as sema's
+    evaluation of that call is at module level), element by element in a tuple or list. A computed NumPy
+    scalar of a type the language has none for is SP0302 at the default, as the call is."""
+    if isinstance(value, tuple | list) and isinstance(node, A.Tuple | A.List) and isinstance(wrapped, tuple) \
+            and len(value) == len(node.elts) == len(wrapped):
+        return tuple(computed_default(v, n, w) for v, n, w in zip(value, node.elts, wrapped, strict=True))
+    if not isinstance(value, np.generic) or not any(isinstance(n, A.Call) for n in A.walk(node)):
+        return wrapped
+    typed = numpy_scalar_constant(value)
+    if typed is not None:
+        return typed
+    raise CompileError([numpy_without_type_diagnostic(type(value).__name__, node.span)])
+
+
+def default_diagnostic(param: str, constexpr: bool, value: Any, span: Span) -> Diagnostic | None:
+    """What refuses a kernel parameter's default, the sema value ``value``: a typed constant
+    (``np.float16(1.5)``, ``sp.f16(1.5)``) for a run-time parameter, which takes a Python number
+    (SP0708: it failed at the launch, naming sema's ``Const``, at module level; a nested kernel took
+    Python's number). None for a default it takes."""
+    if not constexpr and isinstance(value, Const) and value.dtype is not None:
+        return Diagnostic("SP0708", f"the default of run-time parameter `{param}` is the typed constant "
+                                    f"{value.dtype}({value.value!r})", span,
+                          help=f"a typed default is a compile-time constant: annotate `{param}: sp.constexpr`, "
+                               f"or give the type as the annotation and a Python number as the default "
+                               f"(`{param}: sp.{value.dtype} = {value.value!r}`)")
+    return None
+
+
+def _is_numpy_dtype_like(obj: Any) -> bool:
     try:
         np.dtype(obj)
         return True

@@ -128,7 +128,7 @@ def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = True) -> A
                                   help="pass an int or a float (int(flag) for 0 / 1), or annotate the parameter "
                                        "`bool`")
             return ArgSpec.of(T.bool_, False)
-        if isinstance(value, int | np.integer):
+        if isinstance(value, int | np.integer) and not isinstance(value, np.timedelta64):  # (an np.integer too)
             v = int(value)
             t = ann or (T.i32 if T.fits(v, T.i32) else T.i64)
             if not isinstance(t, T.ScalarType):
@@ -338,7 +338,7 @@ def constexpr_value(p: ParamInfo, v: Any, depth: int = 0) -> Any:
     ``((1, 2),)``: a hashable key), a dtype as its element type; LaunchError SP0723 otherwise."""
     if isinstance(v, np.bool_):  # a flag, as Python's bool (np.dtype(np.True_) made it the type bool)
         return bool(v)
-    if isinstance(v, np.integer):
+    if isinstance(v, np.integer) and not isinstance(v, np.timedelta64):  # (an np.integer with no int())
         return int(v)
     if isinstance(v, np.floating):
         return float(v)
