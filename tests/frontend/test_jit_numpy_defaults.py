@@ -359,3 +359,44 @@ def test_a_tuple_of_computed_numpy_scalars_is_typed_alike(tmp_path, value: str) 
         assert np.all(np.abs(out - ref) <= 3 * np.finfo(np.float32).eps * (np.abs(x) + abs(c))), (out, ref)
         irs.append(print_function(kernel.ir(x, np.empty(8, np.float32))))
     assert irs[0] == irs[1]
+
+
+FLAG_SOURCE = '''
+import numpy as np
+import sparsile as sp
+
+
+@sp.jit
+def k(x, out, a: sp.constexpr = {value}):
+    i = sp.arange(0, 8)
+    v = sp.load(x + i)
+    if a:
+        v = v * 3.0
+    sp.store(out + i, v)
+
+
+def make():
+    @sp.jit
+    def k(x, out, a: sp.constexpr = {value}):
+        i = sp.arange(0, 8)
+        v = sp.load(x + i)
+        if a:
+            v = v * 3.0
+        sp.store(out + i, v)
+
+    return k
+'''
+
+
+@pytest.mark.parametrize("value", ["np.bool_(True)", "np.bool_(False)"])
+def test_a_numpy_bool_default_is_the_same_flag(tmp_path, value: str) -> None:
+    module = import_source(FLAG_SOURCE.format(value=value), tmp_path, "np_flag")
+    x = np.random.default_rng(57).uniform(-4.0, 4.0, 8).astype(np.float32)
+    ref = x.astype(np.float64) * (3.0 if "True" in value else 1.0)
+    irs = []
+    for kernel in (module.k, module.make()):
+        out = np.full(8, np.nan, np.float32)
+        kernel.interpret[(1,)](x, out)
+        assert np.all(np.abs(out - ref) <= np.finfo(np.float32).eps * np.abs(ref)), (out, ref)
+        irs.append(print_function(kernel.ir(x, np.empty(8, np.float32))))
+    assert irs[0] == irs[1]
