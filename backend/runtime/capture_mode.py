@@ -119,7 +119,9 @@ def stream_capturing(stream: int) -> bool | None:
     """Whether ``stream`` (a ``CUstream`` handle, not the legacy default stream: asking it during a
     capture of a blocking stream is an implicit synchronization) is in a capture now, active or
     invalidated but not ended (``cuStreamIsCapturing``, legal during any capture); None where the
-    driver gives no answer (no driver library; an invalid handle, as a destroyed stream's)."""
+    driver gives no answer (no driver library; an invalid handle, as a destroyed stream's). Unlike
+    :func:`captures_under_way` it asks about a stream nobody noted, so the caller must know the
+    handle is alive (a stream its launches run on, or whose allocations torch will free on it)."""
     return _IS_CAPTURING(stream)
 
 

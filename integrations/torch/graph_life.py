@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ...backend.runtime.capture_mode import captures_under_way, note_capture_stream
+from ...backend.runtime.capture_mode import captures_under_way, note_capture_stream, stream_capturing
 from ...backend.runtime.graph_objects import GraphReleases, graph_releases
 from ._kernels import cuda_capture_info
 
@@ -93,7 +93,8 @@ def may_drop_records(in_capture: bool) -> bool:
     into B's graph (each replay freeing the memory again). Now the records wait, tied, for a call
     after the capture (the collect is asked again at every call meanwhile: a layer's fast path does
     not serve). A capture on a stream sparsile never saw capture (an external stream, or a first
-    capture with no sparsile call in it yet) is not seen."""
+    capture with no sparsile call in it yet) is not seen here; the stream each released record's
+    tensors were allocated on is asked itself before it is dropped (:func:`frees_captured`)."""
     if frees_in_capture():
         return True
     return not in_capture and not captures_under_way()
@@ -143,11 +144,36 @@ def release_counter() -> Any | None:
     return None if releases is None else releases.counter
 
 
+def frees_captured(record: Any) -> bool:
+    """Whether dropping ``record`` now would put frees into a capture: with ``cudaMallocAsync``, a
+    tensor allocated in a capture is ``cudaFreeAsync``-ed on the stream it was allocated on (with
+    events on the streams it was recorded on), so where one of the streams the record ran on (its
+    ``streams``: its capture's stream, where it planned its scratch) is capturing now, the free would
+    become a node of that capture's graph (freeing the memory at each of its replays). That stream is
+    asked itself, whether or not a sparsile call noted it (:func:`saw_capture`: torch's own streams
+    only): a capture there on an external stream, or on one whose note was dropped, is seen too. Its
+    handle is alive as long as the record's tensors are (torch frees them on it); where the driver
+    gives no answer the record is dropped, as before. Never with the native allocator
+    (:func:`frees_in_capture`)."""
+    if frees_in_capture():
+        return False
+    return any(stream and stream_capturing(stream) for stream in tuple(record.streams))
+
+
+def _held(payload: tuple[Any, Any]) -> bool:
+    """Whether the record of a released ``payload`` (weak references to its cache and itself) is to
+    wait: alive, and dropping it now would put frees into a capture (:func:`frees_captured`)."""
+    record = payload[1]()
+    return record is not None and frees_captured(record)
+
+
 def released_records() -> list[tuple[Any, Any]]:
-    """(cache, record) of each record whose graph was destroyed since the last call, both alive."""
+    """(cache, record) of each record whose graph was destroyed since the last call, both alive; a
+    record whose drop would put frees into a capture under way (:func:`frees_captured`) is not among
+    them: it stays pending (:func:`released` stays True) for a later call."""
     releases = _RELEASES()
     pairs = []
-    for cache_ref, record_ref in releases.collect() if releases is not None else ():
+    for cache_ref, record_ref in releases.collect(_held) if releases is not None else ():
         cache, record = cache_ref(), record_ref()
         if cache is not None and record is not None:
             pairs.append((cache, record))

@@ -243,6 +243,8 @@ class RecordCache:
         self.releases_seen = seen
         if released:
             self.graphs_released()
+            if graph_life.released():  # some wait: their own stream captures (graph_life.frees_captured)
+                self.releases_seen = None  # (no fast path meanwhile: each call collects again)
 
     def graphs_released(self) -> None:
         """Drop the records tied to a CUDA graph that is destroyed now (graph_life.py), in this

@@ -13,6 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from sparsile.backend.runtime import capture_mode  # noqa: E402
 from sparsile.backend.runtime import native_launch as nl  # noqa: E402
 from sparsile.backend.runtime.cudalib import LaunchConfig  # noqa: E402
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
@@ -146,12 +147,14 @@ def fake(monkeypatch) -> Iterator[FakeDriver]:
     # process where a GPU driver is loaded (the H100 run of the fiftieth session); tests of graph_life
     # put their own fake graph here
     monkeypatch.setattr(graph_life, "_CAPTURE_GRAPH", lambda stream: None)
-    # nor is a capture's stream noted (graph_life.saw_capture): the backend would ask the driver about it later
+    # nor is a capture's stream noted (graph_life.saw_capture): the backend would ask the driver about it later;
+    # nor is the driver asked whether a record's own fake stream captures (graph_life.frees_captured): none does
     monkeypatch.setattr(graph_life, "_NATIVE_STREAM", lambda device: None)
     # nor synchronized or asked whether it captures (stream_waits.py, a PDL record's wait for weight writes)
     monkeypatch.setattr(stream_waits, "_SYNCHRONIZE", lambda stream, ordinal: driver.stream_syncs.append(
         (stream, ordinal)))
     monkeypatch.setattr(stream_waits, "_CAPTURING", lambda stream: driver.capturing_streams.get(stream, False))
+    monkeypatch.setattr(capture_mode, "_IS_CAPTURING", lambda stream: False)
     # likewise no graph replays of a last call (graph_launch.py): the real libcuda would capture the fake
     # native launch and launch it on a fake stream; tests of them turn them on with a fake graph driver
     monkeypatch.setenv(graph_launch.ENV, "0")

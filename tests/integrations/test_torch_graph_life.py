@@ -21,6 +21,7 @@ pytest.importorskip("llvmlite")
 from sparsile.backend.runtime import graph_objects  # noqa: E402
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
 from sparsile.integrations.torch import graph_life  # noqa: E402
+from sparsile.integrations.torch.last_call import LastCall  # noqa: E402
 from sparsile.integrations.torch.record_cache import RecordCache  # noqa: E402
 from sparsile.tests.integrations.record_fakes import _Prepared, _weight  # noqa: E402
 from sparsile.tests.integrations.record_fakes import fake as fake  # noqa: E402 (a fixture)
@@ -299,6 +300,19 @@ def test_graph_releases_counts_and_frees_cells():
     assert releases.pending() == 1 and not releases.released()
     fakes.destroy(2)
     assert releases.collect() == ["c"] and releases.pending() == 0
+
+
+def test_graph_releases_holds_the_payloads_a_collect_is_told_to_hold():
+    """GraphReleases.collect(hold): a released payload ``hold`` says True of is not handed back: its cell stays
+    pending and released() stays True (the next collect asks again); the others are handed back at once."""
+    fakes = FakeGraphs()
+    releases = fakes.releases
+    assert releases.watch(1, "a") and releases.watch(1, "b")
+    fakes.destroy(1)
+    assert releases.collect(lambda payload: payload == "a") == ["b"]
+    assert releases.released() and releases.pending() == 1
+    assert releases.collect(lambda payload: True) == [] and releases.released()
+    assert releases.collect() == ["a"] and not releases.released() and releases.pending() == 0
 
 
 @pytest.mark.parametrize("retained", [True, False])
@@ -793,3 +807,87 @@ def test_only_a_torch_pool_stream_s_handle_is_taken_for_a_capture_stream(monkeyp
     monkeypatch.setattr(torch.cuda, "current_stream",
                         lambda device=None: SimpleNamespace(stream_id=stream_id, cuda_stream=handle))
     assert graph_life._torch_native_stream(0) == (handle if noted else None)
+
+
+def _side_call(cache: RecordCache, w, x, stream: int = 9) -> torch.Tensor:
+    """An eager call on a side stream (9), not the stream the capture ran on (7): a record of its own."""
+    return cache.run(KEY, x, w, None, torch.float32, stream=stream, quantize=True)
+
+
+def _capture_s_tensors(record) -> list[weakref.ref]:
+    """Weak references to what a capture's record allocated in that capture (its quantized x and scales,
+    its y template): what torch's cudaMallocAsync would ``cudaFreeAsync`` on the capture's stream."""
+    return [weakref.ref(t) for t in (*record.kept, record.y_like._base if record.y_like._base is not None
+                                     else record.y_like)]
+
+
+def test_the_scenario_s_side_stream_call_during_another_thread_s_capture_frees_nothing_of_the_capture(
+        fake, graphs, monkeypatch, other_captures):
+    """The GPU scenario (tests/gpu/test_capture_threads_gpu.py, ``_MALLOC_ASYNC``) on fakes: a record planned
+    in capture 31 on torch's capture stream 7, its graph destroyed, thread B capturing on stream 7, and this
+    thread's eager call on side stream 9 (a new per-stream record, a trim, no fast path): under cudaMallocAsync
+    nothing of capture 31's record is freed meanwhile (a free would be captured into B's graph); the first call
+    after B's capture drops it."""
+    monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: "cudaMallocAsync")
+    cache, w, x, captured = _captured_once(fake, monkeypatch)
+    tensors = _capture_s_tensors(captured())
+    graphs.destroy(1031)
+    other_captures.add(7)
+    _side_call(cache, w, x)
+    assert LastCall.of(cache, x, lambda: 9, KEY) is None and cache.releases_seen is None
+    gc.collect()
+    assert captured() is cache.records[(*KEY, 7, ("capture", 31))] and all(t() is not None for t in tensors)
+    other_captures.clear()
+    _side_call(cache, w, x)
+    assert (*KEY, 7, ("capture", 31)) not in cache.records and not cache.tied and not graph_life.released()
+    gc.collect()
+    assert captured() is None and all(t() is None for t in tensors)
+
+
+def test_a_record_waits_while_its_own_capture_stream_captures_though_no_call_noted_that_stream(
+        fake, graphs, monkeypatch, other_captures):
+    """Capture 31 ran on stream 7, which no sparsile call noted (an external stream: graph_life.saw_capture
+    notes torch's own streams only; or a note the backend dropped after a look without answer), so
+    captures_under_way() cannot see thread B's capture there. The record's tensors would still be
+    ``cudaFreeAsync``-ed on stream 7 under cudaMallocAsync: graph_life.frees_captured asks about stream 7
+    itself, and the record waits (before: dropped, its frees captured into B's graph)."""
+    from sparsile.backend.runtime import capture_mode
+
+    monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: "cudaMallocAsync")
+    monkeypatch.setattr(graph_life, "_NATIVE_STREAM", lambda device: None)
+    cache, w, x, captured = _captured_once(fake, monkeypatch)
+    tensors = _capture_s_tensors(captured())
+    assert capture_mode._capture_streams == {} and not capture_mode.captures_under_way()
+    graphs.destroy(1031)
+    other_captures.add(7)  # thread B's capture, on the stream capture 31 allocated on
+    _side_call(cache, w, x)
+    assert cache.records[(*KEY, 7, ("capture", 31))] is captured() and id(captured()) in cache.tied
+    assert graph_life.released() and cache.releases_seen is None and LastCall.of(cache, x, lambda: 9, KEY) is None
+    _side_call(cache, w, x)  # (asked again at each call meanwhile)
+    gc.collect()
+    assert captured() is not None and all(t() is not None for t in tensors)
+    other_captures.clear()  # B's capture ended
+    _side_call(cache, w, x)
+    assert (*KEY, 7, ("capture", 31)) not in cache.records and not cache.tied and not graph_life.released()
+    last = LastCall.of(cache, x, lambda: 9, KEY)
+    assert last is not None and last(x) is not None
+    gc.collect()
+    assert captured() is None and all(t() is None for t in tensors)
+
+
+@pytest.mark.parametrize("backend", ["cudaMallocAsync", "native"])
+def test_frees_captured_asks_the_record_s_own_streams_under_cuda_malloc_async_only(monkeypatch, backend):
+    """graph_life.frees_captured: with cudaMallocAsync, True where one of the record's streams captures (never
+    asking the legacy stream 0); a stream the driver gives no answer about does not hold the record; with the
+    native allocator, never (its frees only go back to a pool) and the driver is not asked."""
+    from sparsile.backend.runtime import capture_mode
+
+    answers = {7: True, 8: False, 9: None}
+    asked: list[int] = []
+    monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: backend)
+    monkeypatch.setattr(capture_mode, "_IS_CAPTURING", lambda stream: asked.append(stream) or answers[stream])
+    expected = {(0, 7): True, (8,): False, (9,): False, (0, 8, 9): False, (8, 7): True}
+    for streams, held in expected.items():
+        got = graph_life.frees_captured(SimpleNamespace(streams=set(streams)))
+        assert got is (held and backend == "cudaMallocAsync"), (streams, got)
+    assert 0 not in asked and (asked == [] if backend == "native" else set(asked) == {7, 8, 9})
