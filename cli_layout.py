@@ -50,8 +50,8 @@ def layout_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_UNAVAILABLE
     constructors = {n: f for n, f in vars(layout_library).items()
                     if inspect.isfunction(f) and not n.startswith("_") and n in layout_library.__all__}
-    if args.list:
-        for n in sorted(constructors):
+    if args.list:  # the functions that build a layout (not operand_class, swizzle_name, ...)
+        for n in _layout_builders(constructors, LinearLayout):
             doc = (inspect.getdoc(constructors[n]) or "").split("\n")[0]
             print(f"{n}{inspect.signature(constructors[n])}\n    {doc}", file=out)
         return EXIT_OK

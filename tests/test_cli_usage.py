@@ -325,3 +325,13 @@ def test_a_name_that_builds_no_layout_has_a_code_and_lists_the_constructors(expr
     assert code == EXIT_USAGE and out == ""
     assert err == (f"error[SP0423]: {message}\n = help: {guess}the layout constructors: {LAYOUT_CONSTRUCTORS} "
                    "(`sparsile layout --list` shows their arguments)\n")
+
+
+def test_layout_list_names_the_layout_constructors_only() -> None:
+    # `--list` ("list the layout constructors") also listed operand_class, swizzle_address, swizzle_name and
+    # tcgen05_regs_per_num, which return a str or an int: `sparsile layout "swizzle_name(128)"` is SP0423
+    code, out, err = run("layout", "--list")
+    assert code == EXIT_OK and err == ""
+    listed = [line.split("(", 1)[0] for line in out.splitlines() if not line.startswith(" ")]
+    assert ", ".join(listed) == LAYOUT_CONSTRUCTORS
+    assert all(line.endswith("-> 'LinearLayout'") for line in out.splitlines() if not line.startswith(" "))
