@@ -136,6 +136,7 @@ def _read_module(path: str, command: str) -> Any:
     import sparsile
 
     from .driver.imports import utf8_source
+    from .driver.module import installed_copy_help
 
     if os.path.isdir(path):
         raise _Usage(f"`{path}` is a folder: give .spk files, e.g. `sparsile check {path.rstrip('/')}/*.spk`")
@@ -150,9 +151,10 @@ def _read_module(path: str, command: str) -> Any:
         with open(path, "rb") as f:
             text = utf8_source(f.read())  # a UTF-8 byte-order mark is allowed, as sparsile.load allows it
     except OSError as e:
-        raise _Usage(f"cannot read `{path}`: {e.strerror}") from None
+        raise _Usage(f"cannot read `{path}`: {e.strerror}", code="SP0240", help=installed_copy_help(path)) from None
     except UnicodeDecodeError as e:
-        raise _Usage(f"cannot read `{path}`: it is not UTF-8 text ({e.reason} at byte {e.start})") from None
+        raise _Usage(f"cannot read `{path}`: it is not UTF-8 text ({e.reason} at byte {e.start})",
+                     code="SP0240") from None
     return sparsile.loads(text, path, path=path)
 
 

@@ -241,6 +241,23 @@ def _decoded(data: bytes, name: str) -> str:
                                        f"byte {e.start})", help=".spk sources are UTF-8 text files")]) from None
 
 
+def installed_copy_help(path: str) -> str | None:
+    """The help of SP0240 for a relative ``path`` that is not here but names a file installed with
+    sparsile (README's ``examples/vector_add.spk`` read outside the checkout), else None."""
+    package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    try:
+        if os.path.isabs(path) or os.path.exists(path):
+            return None
+        here = os.getcwd()
+    except (OSError, ValueError):  # a folder that was deleted, a NUL character
+        return None
+    copy = os.path.realpath(os.path.join(package, path))
+    if os.path.commonpath([package, copy]) != package or not os.path.isfile(copy):
+        return None
+    return f"the path is relative to the current folder, {here}; the file of that name installed with sparsile is " \
+           f"{copy}"
+
+
 def load(path: str | os.PathLike[str]) -> KernelModule:
     """A module of kernels from a ``.spk`` file."""
     try:
@@ -253,7 +270,8 @@ def load(path: str | os.PathLike[str]) -> KernelModule:
         with open(p, "rb") as f:
             data = f.read()
     except OSError as e:
-        raise CompileError([Diagnostic("SP0240", f"cannot read `{p}`: {e.strerror}")]) from None
+        raise CompileError([Diagnostic("SP0240", f"cannot read `{p}`: {e.strerror}", help=installed_copy_help(p))]) \
+            from None
     except ValueError:  # a NUL character in the path
         raise CompileError([Diagnostic("SP0240", f"cannot read {p!r}: a file path cannot hold a NUL character")]) \
             from None

@@ -151,8 +151,22 @@ def test_check_of_a_file_that_is_not_utf8(tmp_path) -> None:
     (tmp_path / "latin.spk").write_bytes(b"# caf\xe9\n")
     code, _, err = run("check", str(tmp_path / "latin.spk"))
     assert code == EXIT_USAGE
-    assert err == f"error: cannot read `{tmp_path / 'latin.spk'}`: it is not UTF-8 text (invalid continuation byte " \
-                  "at byte 5)\n"
+    assert err == (f"error[SP0240]: cannot read `{tmp_path / 'latin.spk'}`: it is not UTF-8 text (invalid "
+                   "continuation byte at byte 5)\n")
+
+
+@pytest.mark.parametrize("command", ["check", "compile"])
+def test_a_readme_path_outside_the_checkout_gets_sp0240_and_the_installed_copy(tmp_path, monkeypatch,
+                                                                               command) -> None:
+    # README's `sparsile check examples/vector_add.spk` run from another folder: "error: cannot read ...", no code
+    monkeypatch.chdir(tmp_path)
+    installed = Path(sparsile.__file__).resolve().parent / "examples" / "vector_add.spk"
+    kernel = ["--kernel", "vector_add"] if command == "compile" else []
+    code, out, err = run(command, "examples/vector_add.spk", *kernel)
+    assert code == EXIT_USAGE and out == ""
+    assert err == ("error[SP0240]: cannot read `examples/vector_add.spk`: No such file or directory\n"
+                   f" = help: the path is relative to the current folder, {tmp_path}; the file of that name installed "
+                   f"with sparsile is {installed}\n")
 
 
 def test_a_mistake_in_an_inlined_helper_is_reported_once(tmp_path) -> None:

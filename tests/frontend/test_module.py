@@ -70,6 +70,24 @@ def test_load_of_a_path_with_a_nul_character() -> None:
     assert only(info.value) == ("SP0240", "cannot read 'kernels\\x00.spk': a file path cannot hold a NUL character")
 
 
+def test_load_of_a_readme_path_outside_the_checkout_names_the_installed_copy(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # README's `sparsile.load("examples/vector_add.spk")` run from another folder said only "No such file"
+    monkeypatch.chdir(tmp_path)
+    installed = Path(sp.__file__).resolve().parent / "examples" / "vector_add.spk"
+    with pytest.raises(CompileError) as info:
+        sp.load("examples/vector_add.spk")
+    (d,) = info.value.diagnostics
+    assert (d.code, d.message) == ("SP0240", "cannot read `examples/vector_add.spk`: No such file or directory")
+    assert d.help == (f"the path is relative to the current folder, {tmp_path}; the file of that name installed with "
+                      f"sparsile is {installed}")
+    with pytest.raises(CompileError) as info:
+        sp.load("examples/no_such_example.spk")  # no installed copy: no help
+    (d,) = info.value.diagnostics
+    assert (d.code, d.message, d.help) == ("SP0240", "cannot read `examples/no_such_example.spk`: No such file or "
+                                                     "directory", None)
+
+
 def test_load_keeps_windows_newlines_working(tmp_path: Path) -> None:
     path = tmp_path / "crlf.spk"
     path.write_bytes(b"@kernel\r\ndef k(x: ptr[f32]):\r\n    store(x, 1.0)\r\n")
