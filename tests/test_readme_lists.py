@@ -1,5 +1,6 @@
-"""README.md's table of environment variables names every ``SPARSILE_*`` variable the package reads
-(tests, benchmarks and scripts aside): a user looking for the switch of a behaviour finds it there."""
+"""README.md's lists are complete: its table of environment variables names every ``SPARSILE_*``
+variable the package reads (tests, benchmarks and scripts aside), so that a user looking for the
+switch of a behaviour finds it there, and its Documentation section names every page of docs/."""
 
 from __future__ import annotations
 
@@ -42,3 +43,12 @@ def test_readme_lists_every_variable_the_package_reads() -> None:
 def test_readme_lists_no_variable_the_package_does_not_read() -> None:
     stale = sorted(readme_table() - variables_read())
     assert not stale, "README.md, Environment variables: nothing reads " + ", ".join(stale)
+
+
+def test_readme_documentation_names_every_page_of_docs() -> None:
+    section = (ROOT / "README.md").read_text().split("## Documentation", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^- `(docs/[\w.-]+\.md)`", section, re.M))
+    pages = {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
+    assert "docs/language.md" in listed  # the pattern reads the list
+    assert not pages - listed, "README.md, Documentation: no entry for " + ", ".join(sorted(pages - listed))
+    assert not listed - pages, "README.md, Documentation: no such page " + ", ".join(sorted(listed - pages))
