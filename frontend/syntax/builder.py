@@ -251,7 +251,8 @@ class AstBuilder(ExprBuilderMixin):
             return
         keyword = else_clause.children[0]
         self.bag.error("SP0114", f"`else` after `{loop}` is not supported in kernels", self._span(keyword),
-                       help="put the `else` body after the loop (note that it then also runs after a `break`)")
+                       help="put the `else` body after the loop: kernels have no `break`, so it runs there exactly "
+                            "when it would have run")
 
     def _stmt_while_stmt(self, tree: Tree) -> ast.Stmt:
         test_tree, suite, else_clause = tree.children

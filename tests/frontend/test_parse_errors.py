@@ -190,7 +190,9 @@ HELP_EXPECTED = {
     "raise_stmt": 'use `assert condition, "message"` to check a condition',
     "bang": "use `not` for logical negation and `!=` for inequality",
     "from_import_trailing_comma": "put the imported names in parentheses, or remove the trailing `,`",
-    "for_else": "put the `else` body after the loop (note that it then also runs after a `break`)",
+    # (it said the body then "also runs after a `break`", which kernels do not have: SP0203)
+    "for_else": ("put the `else` body after the loop: kernels have no `break`, so it runs there exactly when it "
+                 "would have run"),
     "list_comprehension": ("loop over `static_range(...)` (unrolled at compile time), or write the elements "
                            "out in a tuple"),
 }
