@@ -6,7 +6,7 @@ torch.compile makes of a module, so that gate.py takes it as the module it wraps
 backend is trusted, as for ``act.compile()`` (gate.compiled_own_call), to compute what that
 module's forward computes.
 
-What torch.compile makes (torch/_dynamo/eval_frame.py, read in torch 2.13; the earlier versions
+What torch.compile makes (torch/_dynamo/eval_frame.py, read in torch 2.13, and the same in 2.14; the earlier versions
 in the code index, one with ``_super_module_initialized`` but no ``_torchdynamo_wrapper_id``, have
 the same ``compile_wrapper`` and ``wrap_inline`` structure; torch 2.11 itself was not run, and a
 version without them is refused, not misread):
@@ -98,6 +98,20 @@ def _calls(fn: Any, module: nn.Module, inline: CodeType | None) -> bool:
         return fn.__self__ is module and fn.__func__ is nn.Module.__call__
     return isinstance(fn, FunctionType) and inline is not None and fn.__code__ is inline and \
         _cell(fn, "fn") is module
+
+
+def inlined_callable(fn: Any) -> Any:
+    """The callable ``fn`` calls where ``fn`` is Dynamo's ``external_utils.wrap_inline`` of it (the
+    closure variable ``fn`` of that ``inner``, never its ``__wrapped__``, which anyone may set), else
+    ``fn`` itself. torch 2.14's ``act.compile()`` of torch's own modules compiles
+    ``wrap_inline(act._call_impl)``, where 2.13 compiled ``act._call_impl`` (gate.compiled_own_call)."""
+    inline = _dynamo_codes(sys.modules[DYNAMO_MODULE])[1] if DYNAMO_MODULE in sys.modules else None
+    if isinstance(fn, FunctionType) and inline is not None and fn.__code__ is inline:
+        try:
+            return _cell(fn, "fn")
+        except LookupError:
+            return fn
+    return fn
 
 
 def _torch_compile_backend(callback: Any) -> Any:

@@ -19,7 +19,7 @@ from torch import nn
 
 from ...stdlib.kernels.linear import reference_activation
 from ._kernels import GATED_ACTIVATIONS
-from .compiled_act import compiled_module_of, untrusted_compiled_call
+from .compiled_act import compiled_module_of, inlined_callable, untrusted_compiled_call
 
 _WIDE = (8.0, 10.0, 16.0, 32.0, 100.0, 1e3, 1e4)
 _PROBE = torch.cat([torch.linspace(-6.0, 6.0, 49, dtype=torch.float32),
@@ -76,14 +76,15 @@ def compiled_own_call(act: nn.Module, value: Any) -> bool:
     """``value``, ``act``'s ``_compiled_call_impl``, is None (not compiled) or what ``act.compile()``
     stores there: ``torch.compile`` of act's own ``nn.Module._call_impl`` (Dynamo's wrapper keeps the
     callable it compiles as ``_torchdynamo_orig_callable``; with ``disable=True`` the bound method
-    itself). ``act(x)`` then runs its class's forward through Dynamo and the backend, which is
-    trusted, as torch.compile is, to compute what that forward computes. Anything else stored there
-    (another function compiled, another module's call) is not vouched for, nor a wrapper of the
-    compiled call: ``functools.wraps`` copies ``_torchdynamo_orig_callable`` onto it, but its
-    ``__wrapped__`` is the compiled function, where Dynamo's own wrapper (a ``functools.wraps`` of
-    the callable it compiles) has the bound method itself. Its backend must be one torch.compile
-    passes of torch's own (compiled_act.untrusted_backend): a backend callable of the user's may
-    compute anything."""
+    itself; in torch 2.14, for torch's own modules, ``wrap_inline`` of that bound method, a frame that
+    only calls it: compiled_act.inlined_callable). ``act(x)`` then runs its class's forward through
+    Dynamo and the backend, which is trusted, as torch.compile is, to compute what that forward
+    computes. Anything else stored there (another function compiled, another module's call) is not
+    vouched for, nor a wrapper of the compiled call: ``functools.wraps`` copies
+    ``_torchdynamo_orig_callable`` onto it, but its ``__wrapped__`` is the compiled function, where
+    Dynamo's own wrapper (a ``functools.wraps`` of the callable it compiles) has that callable itself.
+    Its backend must be one torch.compile passes of torch's own (compiled_act.untrusted_backend): a
+    backend callable of the user's may compute anything."""
     if value is None:
         return True
     orig = value
@@ -91,6 +92,7 @@ def compiled_own_call(act: nn.Module, value: Any) -> bool:
         orig = getattr(value, "_torchdynamo_orig_callable", None)
         if getattr(value, "__wrapped__", None) is not orig or untrusted_compiled_call(value) is not None:
             return False
+        orig = inlined_callable(orig)  # (torch 2.14, torch's own modules: wrap_inline of the bound method)
     return isinstance(orig, MethodType) and orig.__self__ is act and orig.__func__ is nn.Module._call_impl
 
 

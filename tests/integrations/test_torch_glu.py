@@ -1161,6 +1161,30 @@ def test_gate_activation_of_a_compiled_act(act, gate):
     assert gate_activation(act) == gate
 
 
+def inline_compiled(act, call_of=None):
+    """``act`` with, as its compiled call, ``torch.compile`` of ``wrap_inline`` of ``call_of``'s
+    ``_call_impl`` (default act's own): what torch 2.14's ``act.compile()`` stores for torch's own
+    modules (nn.SiLU, nn.GELU: Dynamo wraps the bound method in an extra frame it can trace)."""
+    from torch._dynamo import external_utils
+
+    call = (act if call_of is None else call_of)._call_impl
+    act._compiled_call_impl = torch.compile(external_utils.wrap_inline(call), backend="eager")
+    return act
+
+
+@pytest.mark.parametrize(("act", "gate"), [
+    (inline_compiled(torch.nn.SiLU()), "silu"), (inline_compiled(torch.nn.GELU(approximate="tanh")), "gelu_tanh"),
+    (inline_compiled(torch.nn.GELU()), None),
+    (inline_compiled(torch.nn.SiLU(), torch.nn.ReLU()), None),  # another module's call
+    (inline_compiled(torch.nn.SiLU(), torch.nn.SiLU()), None),  # another SiLU's: not vouched for either
+])
+def test_gate_activation_of_a_compiled_act_through_wrap_inline(act, gate):
+    """torch 2.14's act.compile() of nn.SiLU stores Dynamo's compiled call of ``wrap_inline(act._call_impl)``,
+    not of the bound method itself: it was refused there (the gated activation no longer fused under
+    torch 2.14), though it runs the module's own call as torch 2.13's does."""
+    assert gate_activation(act) == gate
+
+
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_an_act_fn_compiled_before_or_after_fusing_stays_fused(activation, when, kernel_calls):
