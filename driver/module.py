@@ -152,7 +152,13 @@ class KernelModule:
         if name in env:
             v = env[name]
             return v.value if isinstance(v, Const) else v
-        raise AttributeError(f"module `{self.__dict__.get('__name__')}` has no kernel or constant `{name}`")
+        import difflib
+
+        names = sorted(kernels)
+        near = difflib.get_close_matches(name, [*names, *env], n=1) if not name.startswith("__") else []
+        guess = f": did you mean `{near[0]}`?" if near else ""
+        raise AttributeError(f"module `{self.__dict__.get('__name__')}` has no kernel or constant `{name}`{guess} "
+                             f"(kernels: {', '.join(names) or 'none'})")
 
     def __repr__(self) -> str:
         return f"<sparsile module {self.__name__}: kernels {sorted(self.kernels)}>"

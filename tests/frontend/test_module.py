@@ -88,6 +88,20 @@ def test_load_of_a_readme_path_outside_the_checkout_names_the_installed_copy(tmp
                                                      "directory", None)
 
 
+def test_a_misspelled_kernel_of_a_module_names_the_kernels() -> None:
+    # `module.vector_ad` said only "has no kernel or constant `vector_ad`"
+    module = sp.loads("@kernel\ndef vector_add(x: ptr[f32]):\n    store(x, 1.0)\n\n\n"
+                      "@kernel\ndef scale(x: ptr[f32]):\n    store(x, 2.0)\n", "two.spk")
+    with pytest.raises(AttributeError) as info:
+        module.vector_ad  # noqa: B018
+    assert str(info.value) == ("module `two.spk` has no kernel or constant `vector_ad`: did you mean `vector_add`? "
+                               "(kernels: scale, vector_add)")
+    with pytest.raises(AttributeError) as info:
+        module.zzz  # noqa: B018
+    assert str(info.value) == "module `two.spk` has no kernel or constant `zzz` (kernels: scale, vector_add)"
+    assert not hasattr(module, "zzz") and getattr(module, "zzz", None) is None  # still an AttributeError
+
+
 def test_load_keeps_windows_newlines_working(tmp_path: Path) -> None:
     path = tmp_path / "crlf.spk"
     path.write_bytes(b"@kernel\r\ndef k(x: ptr[f32]):\r\n    store(x, 1.0)\r\n")
