@@ -33,11 +33,12 @@ def run(block: str, **names: Any) -> dict[str, Any]:
 
 
 def test_the_opening_example() -> None:
-    rng = np.random.default_rng(0)
-    m, k = 100, 96  # M not a multiple of 16, K not of 64: padding in every format
-    dense = rng.standard_normal((m, k)).astype(np.float16)
-    b = rng.standard_normal((k, 24)).astype(np.float16)  # (K, N), as sparse_matmul_reference takes it
-    env = run(block_with("encode_metadata(indices"), dense=dense, b=b, M=m, K=k)  # its own asserts run too
+    # it runs as it is (it used an f16 `dense`, M, K and b it did not define: a float32 dense made compress()
+    # take the operand for tf32 and refuse it as not 1:2 sparse)
+    env = run(block_with("encode_metadata(indices"))  # its own asserts run too
+    m, k, dense, b = env["M"], env["K"], env["dense"], env["b"]
+    assert m % 16 and k % 64 and dense.dtype == b.dtype == np.float16  # padding in every format; f16 operands
+    assert b.shape == (k, env["N"])  # (K, N), as sparse_matmul_reference takes it
     assert env["values"].shape == (m, k // 2) and env["values"].dtype == np.float16  # (M, K/2) f16
     assert env["indices"].shape == (m, k // 4, 2) and env["indices"].dtype == np.uint8  # (M, K/4, 2) uint8
     meta = env["meta"]
