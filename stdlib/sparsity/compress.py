@@ -151,8 +151,9 @@ def _pad_k(array: np.ndarray, group: int) -> np.ndarray:
     return out
 
 
-def _not_sparse_error(bits: np.ndarray, op: OperandType, total_bad: int) -> SparsityError:
-    """SP0803 naming the first chunk (row-major) with too many nonzeros."""
+def _not_sparse_error(bits: np.ndarray, op: OperandType, total_bad: int, inferred: bool = False) -> SparsityError:
+    """SP0803 naming the first chunk (row-major) with too many nonzeros; ``inferred``: the operand
+    type was taken from w's dtype (a float32 w is tf32, 1:2, which a 2:4-pruned w breaks)."""
     rows, k = bits.shape
     for block in chunk_blocks(rows, max(1, (1 << 16) // max(1, k))):
         counts = nonzero_count(bits[block].reshape(-1), op).reshape(-1, k // op.group)
@@ -170,8 +171,17 @@ def _not_sparse_error(bits: np.ndarray, op: OperandType, total_bad: int) -> Spar
         f"w is not {op.pattern.name} sparse for {op.name}: row {row}, group {group} "
         f"(columns {g * group}..{g * group + g - 1}) has {count} {unit}, at most {op.pattern.keep} "
         f"allowed{others}",
-        help=f"prune first with {prune_name}(w), or call compress(w, prune=True) to keep the largest magnitudes",
+        help=_not_sparse_help(prune_name, inferred and op.name == "tf32"),
     )
+
+
+def _not_sparse_help(prune_name: str, float32_as_tf32: bool) -> str:
+    """SP0803's help: how to make w sparse, after why a float32 w was taken for tf32 where it was."""
+    fix = f"prune first with {prune_name}(w), or call compress(w, prune=True) to keep the largest magnitudes"
+    if float32_as_tf32:
+        return ("w is float32, which compress takes as a tf32 operand (1:2): pass dtype='f16' or 'bf16' for a 2:4 "
+                f"one; else {fix}")
+    return fix
 
 
 def compress(w: Any, dtype: str | OperandType | None = None, *, prune: bool = False,
@@ -216,7 +226,7 @@ def compress(w: Any, dtype: str | OperandType | None = None, *, prune: bool = Fa
 
     bad_counts = for_blocks(rows * chunks, work, workers)
     if not prune and any(bad_counts):
-        raise _not_sparse_error(bits.reshape(rows, k), op, sum(bad_counts))
+        raise _not_sparse_error(bits.reshape(rows, k), op, sum(bad_counts), inferred=dtype is None)
     return values, indices
 
 

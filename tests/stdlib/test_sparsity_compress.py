@@ -86,6 +86,24 @@ def test_not_sparse_tf32_and_pairs():
     assert "prune_4_8_pairs" in info.value.help
 
 
+def test_a_float32_matrix_pruned_2_4_is_told_it_was_taken_as_tf32():
+    # compress(prune_2_4(dense)) of a float32 dense (numpy's usual type) said only "not 1:2 sparse for tf32 ...
+    # prune first with prune_1_2(w)", though the user pruned it 2:4 for a 16-bit operand
+    w = prune_2_4(np.random.default_rng(0).standard_normal((8, 32)).astype(np.float32))
+    with pytest.raises(SparsityError) as info:
+        compress(w)
+    assert info.value.code == "SP0803" and info.value.message.startswith("w is not 1:2 sparse for tf32: row 0, ")
+    assert info.value.help == ("w is float32, which compress takes as a tf32 operand (1:2): pass dtype='f16' or "
+                               "'bf16' for a 2:4 one; else prune first with prune_1_2(w), or call compress(w, "
+                               "prune=True) to keep the largest magnitudes")
+    with pytest.raises(SparsityError) as info:
+        compress(w, "tf32")  # asked for tf32: the plain help
+    assert info.value.help == "prune first with prune_1_2(w), or call compress(w, prune=True) to keep the largest " \
+                              "magnitudes"
+    values, _ = compress(w, "f16")
+    assert values.dtype == np.float16 and values.shape == (8, 16)
+
+
 HOSTS = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "tf32": np.float32, "e4m3": ml_dtypes.float8_e4m3fn,
          "e5m2": ml_dtypes.float8_e5m2, "s8": np.int8, "u8": np.uint8, "e2m1": ml_dtypes.float4_e2m1fn}
 
