@@ -30,7 +30,7 @@ from typing import Any, BinaryIO
 from ..target.targets import get_target
 from .cache import default_cache
 from .compiler import cache_key, compile_cached
-from .kernel import KERNEL_OPTIONS
+from .kernel_options import KERNEL_OPTIONS
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ from ..frontend.sema.specialize import parse_signature
 from ..target.hooks import PreparedState
 from ..target.targets import Target, get_target
 from .cache import default_cache, make_key
-from .kernel import KERNEL_OPTIONS, Kernel, check_options
+from .kernel import Kernel
+from .kernel_options import KERNEL_OPTIONS, check_options
 
 
 @dataclass(frozen=True)

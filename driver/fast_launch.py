@@ -40,7 +40,7 @@ from ..frontend.sema.captures import EMPTY, CaptureSet
 from ..frontend.sema.specialize import fingerprint, grid_lookup_error
 from ..frontend.sema.values import Const
 from .array_devices import array_device, several_gpus
-from .kernel import grid_meta
+from .grid import grid_meta
 from .prepared import PREPARED_HOST, PreparedLaunch, torch_current_stream
 
 MAX_ENTRIES = 256

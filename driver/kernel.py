@@ -4,11 +4,13 @@ A :class:`Kernel` knows its AST, where its global names resolve, and its options
 ``kernel[grid](*args)`` specializes on the arguments, compiles (cached) and launches on the GPU;
 ``kernel.interpret[grid](*args)`` runs the same IR in the numpy interpreter; ``kernel.ir(...)``,
 ``kernel.compile(...)`` give the IR and the compiled artefacts for a signature.
+
+The kernel options are checked in driver/kernel_options.py, grids in driver/grid.py, and the help
+of an incomplete ahead-of-time signature is made in driver/signature_help.py.
 """
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,7 +40,6 @@ from ..frontend.sema.jit_globals import computed_default, default_diagnostic
 from ..frontend.sema.specialize import (
     ParamInfo,
     bind_arguments,
-    call_grid,
     constant_notes,
     constexpr_binding,
     constexpr_value,
@@ -47,96 +48,29 @@ from ..frontend.sema.specialize import (
 )
 from ..frontend.sema.type_ctors import InvalidAnnotation, annotation_help
 from ..frontend.sema.values import Const, HelperFunction
-from ..frontend.spans import UNKNOWN_SPAN
 from ..frontend.syntax import ast as A
-from .param_roles import param_roles
+from .grid import GRID_HELP, GRID_LIMITS, GridIndexer, GridMissing, constexpr_values, grid_meta, no_grid, normalize_grid
+from .kernel_options import (
+    KERNEL_OPTIONS,
+    MAX_CLUSTER_CTAS,
+    MAXNREG_RANGE,
+    SP_BAD_OPTION,
+    SP_CLUSTER_SHAPE,
+    check_options,
+    cluster_option,
+    cluster_problem,
+    is_int,
+    option_problem,
+)
+from .signature_help import SP_SIGNATURE_MISSING, missing_signature_help, missing_signature_message, signature_as_text
+
+__all__ = ["GRID_HELP", "GRID_LIMITS", "KERNEL_OPTIONS", "MAXNREG_RANGE", "MAX_CLUSTER_CTAS", "SP_BAD_OPTION",
+           "SP_CLUSTER_SHAPE", "SP_SIGNATURE_MISSING", "GridIndexer", "GridMissing", "Kernel", "check_options",
+           "cluster_option", "cluster_problem", "constexpr_values", "grid_meta", "missing_signature_help",
+           "missing_signature_message", "no_grid", "normalize_grid", "option_problem"]
 
 _GpuLaunch: Any = None
 """``driver.launch.GpuLaunch``, once a kernel was first indexed with a grid."""
-
-KERNEL_OPTIONS = {"num_warps": 4, "num_stages": 3, "target": None, "maxnreg": None, "num_ctas": 1,
-                  "cluster": (1, 1, 1), "pdl": False}
-
-SP_SIGNATURE_MISSING = "SP0740"
-"""An ahead-of-time compile whose signature lacks an unannotated run-time parameter or a constexpr
-without a default (everything else comes from the source)."""
-
-SP_BAD_OPTION = "SP0242"
-"""A kernel option whose value cannot work (``num_warps=0``, ``maxnreg="x"``): refused before the
-compiler turns it into an LLVM attribute that LLVM cannot parse (it exits the process)."""
-MAX_CLUSTER_CTAS = 8
-"""The portable cluster size limit (docs/blackwell.md, SP0558): each dimension and the product."""
-SP_CLUSTER_SHAPE = "SP0558"
-MAXNREG_RANGE = (24, 255)
-"""ptxas raises a ``.maxnreg`` below 24 to 24 and ignores one above 255 (checked with ptxas 13.0)."""
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def cluster_problem(value: Any) -> tuple[str, str] | None:
-    """(message, help) when ``value`` is no cluster shape: 1 to 3 positive ints of at most
-    MAX_CLUSTER_CTAS CTAs in all (checked before sema, which computes masks from the shape)."""
-    dims = (value,) if _is_int(value) else value
-    ok = isinstance(dims, tuple | list) and 1 <= len(dims) <= 3 and all(_is_int(d) for d in dims)
-    size = 1
-    if ok:
-        for d in dims:
-            ok = ok and d >= 1
-            size = size * d if ok else 0
-    if ok and size <= MAX_CLUSTER_CTAS:
-        return None
-    return (f"a cluster is 1 to 3 positive ints of at most {MAX_CLUSTER_CTAS} CTAs in all, found cluster={value!r}",
-            f"e.g. cluster=(2, 1, 1); {MAX_CLUSTER_CTAS} CTAs is the portable limit")
-
-
-def option_problem(name: str, value: Any) -> tuple[str, str] | None:
-    """(message, help) when kernel option ``name`` cannot take ``value``, else None (``cluster``:
-    :func:`cluster_problem`, code SP0558); unknown names are SP0236."""
-    if name == "num_warps" and not (_is_int(value) and value >= 1):
-        return (f"num_warps must be a positive integer, found {value!r}",
-                "use the number of warps per CTA, e.g. num_warps=4 (one warpgroup)")
-    if name == "cluster" and value is not None:
-        return cluster_problem(value)
-    if name == "num_stages" and not (_is_int(value) and value >= 0):
-        return f"num_stages must be a non-negative integer, found {value!r}", "e.g. num_stages=3"
-    if name == "num_ctas" and not (_is_int(value) and value >= 1):
-        return (f"num_ctas must be a positive integer, found {value!r}",
-                "leave it at 1; CTA clusters are asked for with cluster=(x, y, z)")
-    low, high = MAXNREG_RANGE
-    if name == "maxnreg" and value is not None and not (_is_int(value) and low <= value <= high):
-        return (f"maxnreg must be an integer from {low} to {high} registers per thread, found {value!r}",
-                f"ptxas raises budgets below {low} to {low} and ignores budgets above {high}; "
-                "leave maxnreg unset to let ptxas choose")
-    if name == "pdl" and not isinstance(value, bool):
-        return (f"pdl must be True or False, found {value!r}",
-                "pdl=True launches the kernel as a programmatic dependent launch (sm_90+): it may start "
-                "while the previous kernel in the stream runs and must call pdl.wait() before it reads "
-                "that kernel's results (docs/language.md, \"Programmatic dependent launch\")")
-    if name == "target" and value is not None and not isinstance(value, str):
-        return (f"target must be a target name such as \"sm_90a\", found {value!r}",
-                "pass the name as a string, or leave target unset")
-    return None
-
-
-def check_options(options: dict[str, Any], spans: Callable[[str], Any] | None = None) -> None:
-    """Raise CompileError SP0242 for every kernel option in ``options`` whose value cannot work
-    (SP0236 for a name that is no option); ``spans(name)`` gives the user's span of an option where
-    there is one (a decorator)."""
-    diags = []
-    for name, value in options.items():
-        span = (spans(name) if spans is not None else None) or UNKNOWN_SPAN
-        if name not in KERNEL_OPTIONS:
-            diags.append(Diagnostic("SP0236", f"unknown kernel option `{name}`", span,
-                                    help=f"options: {', '.join(KERNEL_OPTIONS)}"))
-            continue
-        problem = option_problem(name, value)
-        if problem is not None:
-            code = SP_CLUSTER_SHAPE if name == "cluster" else SP_BAD_OPTION
-            diags.append(Diagnostic(code, problem[0], span, help=problem[1]))
-    if diags:
-        raise CompileError(diags)
 
 
 @dataclass
@@ -362,7 +296,7 @@ class Kernel:
                                       "run-time parameter needs a type object such as sp.ptr[sp.f32] or sp.i32",
                                       help=f"write {{{p.name!r}: sp.{v.strip().replace('[', '[sp.')}}}, or give "
                                            f"the whole signature as one text: {self.name}.compile("
-                                           f"\"{_as_text(signature)}\")")
+                                           f"\"{signature_as_text(signature)}\")")
                 else:
                     raise LaunchError("SP0724", f"the signature gives `{p.name}` = {v!r}; a run-time parameter "
                                       "needs a type such as `ptr[f32]` or `i32`")
@@ -412,133 +346,6 @@ class Kernel:
 register_function_type(Kernel, "kernel")
 
 
-def missing_signature_message(kernel: str, missing: list[ParamInfo]) -> str:
-    """SP0740's message: each missing parameter and why the source does not give it."""
-    parts = [f"`{p.name}` ({'constexpr without a default' if p.annotation is T.CONSTEXPR else 'no annotation'})"
-             for p in missing]
-    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-    return f"the signature of `{kernel}` must give {listed}"
-
-
-def _as_text(signature: dict[str, Any]) -> str:
-    """A dict signature in the text form ``compile`` also takes (``"x=ptr[f32], BLOCK=32"``)."""
-    return ", ".join(f"{name}={value}" for name, value in signature.items())
-
-
-def missing_signature_help(fn: A.FunctionDef, params: list[ParamInfo], missing: list[ParamInfo]) -> str:
-    """SP0740's help: an example signature for the ``missing`` parameters of kernel ``fn`` that fits
-    how its body uses each (driver/param_roles.py): a pointer ``x=ptr[f32]`` (the element type of
-    the annotated pointers when they agree), a scalar ``n=i32``, a constexpr ``BLOCK=64``; one the
-    body does not show is written as a pointer, and the help says so and gives the scalar form."""
-    runtime = [p.name for p in missing if p.annotation is not T.CONSTEXPR]
-    maybe = [p.name for p in params if p.annotation is None or isinstance(p.annotation, T.PointerType)]
-    roles = param_roles(fn, runtime, maybe)
-    elems = {str(p.annotation.elem) for p in params if isinstance(p.annotation, T.PointerType)}
-    elem = elems.pop() if len(elems) == 1 else "f32"
-    example = ", ".join(f"{p.name}=64" if p.annotation is T.CONSTEXPR else
-                        f"{p.name}=i32" if roles[p.name] == "scalar" else f"{p.name}=ptr[{elem}]" for p in missing)
-    unknown = [n for n in runtime if roles[n] is None]
-    text = f"give them with --signature (Kernel.compile: signature=), e.g. \"{example}\""
-    if unknown:
-        names = ", ".join(f"`{n}`" for n in unknown)
-        text += (f" ({names}: the kernel does not show whether {'it is' if len(unknown) == 1 else 'each is'} a "
-                 f"pointer or a scalar; a scalar is written {unknown[0]}=i32 or {unknown[0]}=f32)")
-    return text + "; annotated run-time parameters and defaulted constexprs need nothing"
-
-
-class GridMissing(LaunchError, RuntimeError):
-    """SP0710: a kernel called without its grid (``k(...)``, ``k.interpret(...)``); a RuntimeError
-    too, as ``k(...)`` raised before it had a code."""
-
-
-GRID_HELP = ("index the kernel with its grid first: the number of programs along x (y, z), e.g. "
-             "(sp.cdiv(n, BLOCK),) (docs/language.md, \"Specialization and launching\")")
-
-
-def no_grid(name: str) -> GridMissing:
-    """The error of kernel ``name`` called without a grid."""
-    return GridMissing("SP0710", f"kernel `{name}` must be launched with a grid: `{name}[grid](...)`, or run on "
-                                 f"the CPU with `{name}.interpret[grid](...)`", help=GRID_HELP)
-
-
-class GridIndexer:
-    """``launcher[grid]``: the launch of ``make(grid)``; ``name`` is the launcher as the user spells
-    it (``k.interpret``), for the error of a call without the grid."""
-
-    def __init__(self, make: Callable[[Any], Any], name: str = "kernel.interpret"):
-        self._make = make
-        self._name = name
-
-    def __getitem__(self, grid: Any) -> Any:
-        return self._make(grid)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise GridMissing("SP0710", f"`{self._name}` runs the kernel for a grid: `{self._name}[grid](...)`",
-                          help=GRID_HELP)
-
-
-def cluster_option(value: Any) -> tuple[int, ...]:
-    """The ``cluster=`` kernel option as a tuple of 3 ints (``2`` means ``(2, 1, 1)``); a value that
-    is not 1 to 3 ints is kept as given for the legality pass to report (SP0552)."""
-    if value is None:
-        return (1, 1, 1)
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = (value,)
-    if isinstance(value, tuple | list) and 1 <= len(value) <= 3 and all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return tuple((*value, 1, 1)[:3])
-    return tuple(value) if isinstance(value, tuple | list) else (value,)
-
-
-GRID_LIMITS = (2**31 - 1, 65535, 65535)
-"""The most CTAs along x, y, z of one launch on every CUDA GPU sparsile targets (compute capability
-3.0 and later; CUDA C++ Programming Guide, "Technical Specifications per Compute Capability")."""
-
-
-def constexpr_values(bindings: dict[str, Any]) -> dict[str, Any]:
-    """The values of a call's constexpr arguments, by name."""
-    return {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
-
-
-def grid_meta(bound: dict[str, Any], bindings: dict[str, Any]) -> dict[str, Any]:
-    """What a grid function is given, on every launch path: every argument of the call by name,
-    constexprs as their values (docs/language.md, "Specialization and launching")."""
-    return {**bound, **constexpr_values(bindings)}
-
-
-def normalize_grid(grid: Any, meta: dict[str, Any], kernel_name: str = "kernel") -> tuple[int, int, int]:
-    """A grid given as an int, a tuple or list of up to 3 ints, or a callable of ``meta`` (the
-    call's arguments: :func:`grid_meta`) returning one (LaunchError SP0710 otherwise, and for a
-    grid function looking up a name ``meta`` lacks: ``specialize.call_grid``). A dimension may be 0:
-    such a grid has no programs, and its launch runs nothing once the arguments are checked
-    (docs/language.md, "Specialization and launching"); a negative one is SP0710."""
-    if isinstance(grid, type):  # callable, yet no grid function (`np.int32` called with the arguments' dict)
-        raise LaunchError("SP0710", f"the grid must be an int, a tuple of up to 3 ints or a function of the call's "
-                          f"arguments, found the class {grid.__name__}")
-    if callable(grid):
-        grid = call_grid(grid, meta, kernel_name)
-    if _is_int(grid):
-        grid = (grid,)
-    if not isinstance(grid, tuple | list):
-        raise LaunchError("SP0710", f"the grid must be an int or a tuple of up to 3 ints, found {grid!r}")
-    if not 1 <= len(grid) <= 3:
-        raise LaunchError("SP0710", f"the grid must have 1 to 3 dimensions, found {len(grid)}")
-    bad = [g for g in grid if not _is_int(g)]  # (a list: None is a dimension too, `(None,)`)
-    if bad:
-        raise LaunchError("SP0710", f"every grid dimension must be an integer, found {bad[0]!r} in {tuple(grid)!r}",
-                          help="compute grid sizes with integer arithmetic, e.g. `(n + BLOCK - 1) // BLOCK`")
-    dims = tuple(int(g) for g in grid)
-    if any(d < 0 for d in dims):
-        raise LaunchError("SP0710", f"a grid dimension cannot be negative, found {dims}",
-                          help="compute grid sizes that are 0 or more, e.g. `sp.cdiv(n, BLOCK)` with n >= 0 "
-                               "(a grid with a 0 dimension launches nothing)")
-    for axis, (d, most) in enumerate(zip(dims, GRID_LIMITS, strict=False)):
-        if d > most:
-            raise LaunchError("SP0710", f"grid {dims} has {d} programs along {'xyz'[axis]}; CUDA allows at most "
-                              f"{most}", help="use a persistent kernel or move work to another grid dimension")
-    return ((*dims, 1, 1))[:3]  # type: ignore[return-value]
-
-
 class _InterpretLaunch:
     """``kernel.interpret[grid]``: call it with the kernel's arguments. ``max_ops`` (a keyword of
     the call, not a kernel parameter) bounds the operations the interpreter may execute."""
@@ -557,7 +364,7 @@ class _InterpretLaunch:
         max_ops = None
         if "max_ops" in kwargs and "max_ops" not in {p.name for p in self.kernel.params}:
             max_ops = kwargs.pop("max_ops")
-            if max_ops is not None and not (_is_int(max_ops) and max_ops >= 1):
+            if max_ops is not None and not (is_int(max_ops) and max_ops >= 1):
                 raise LaunchError("SP0725", f"max_ops must be a positive integer or None, found {max_ops!r}",
                                   help="max_ops bounds the operations the interpreter may run; leave it unset "
                                        "for no bound")

@@ -25,7 +25,8 @@ from ..frontend.sema.values import Const
 from ..target.targets import get_target, target_for_capability
 from . import fast_launch
 from .array_devices import launch_device
-from .kernel import KERNEL_OPTIONS, grid_meta
+from .grid import grid_meta
+from .kernel_options import KERNEL_OPTIONS
 from .recording import ACTIVE, record_launch
 
 

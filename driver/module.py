@@ -27,7 +27,8 @@ from ..frontend.sema.values import Const, HelperFunction
 from ..frontend.spans import UNKNOWN_SPAN
 from ..frontend.syntax import ast as A
 from .imports import import_module, is_exported, loading_stack, real_path, transitive_sources, utf8_source
-from .kernel import KERNEL_OPTIONS, Kernel, check_options
+from .kernel import Kernel
+from .kernel_options import KERNEL_OPTIONS, check_options
 
 _DECORATOR_NAMES = ("kernel", "jit")
 
