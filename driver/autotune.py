@@ -16,112 +16,48 @@ launches, CUDA events on the launch stream) and launches the fastest. Arrays the
 saved before tuning and restored after it, so tuning does not change the results. The winner is
 cached in memory and on disk per GPU name, key and compiler version (driver/autotune_cache.py).
 ``SPARSILE_AUTOTUNE=0`` turns tuning off: the ``defaults=`` table's choice, else the first config.
+
+This module holds the :class:`Autotuner` (its checks, the choice per call key, the summary) and the
+decorator; :class:`Config`, :class:`TuneRecord` and the switches are in driver/autotune_config.py,
+the tuning of one key (compiling, timing, saving arrays) in driver/autotune_timing.py.
 """
 
 from __future__ import annotations
 
-import functools
-import os
 import sys
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from ..frontend.diagnostics import CompileError, LaunchError
 from ..frontend.ir import types as T
 from ..frontend.sema.specialize import bind_arguments
 from .array_devices import launch_device, several_gpus
-from .autotune_arrays import hook_stream, launch_stream, snapshot, zero
+from .autotune_arrays import hook_stream, launch_stream
 from .autotune_cache import TuningFile, identity_hash, key_string, load_table, table_choice, tuning_path
-from .kernel import (
-    KERNEL_OPTIONS,
-    SP_BAD_OPTION,
-    SP_CLUSTER_SHAPE,
-    GridIndexer,
-    Kernel,
-    no_grid,
-    normalize_grid,
-    option_problem,
+from .autotune_config import (
+    ENV_AUTOTUNE,
+    ENV_PRINT,
+    SP_BAD_CONFIG,
+    SP_BAD_NAME,
+    SP_CONFIG_PARAM,
+    SP_PRUNED_ALL,
+    SP_TUNED_ARGUMENT,
+    Config,
+    TuneRecord,
+    checked_prune,
+    printing_requested,
+    tuning_enabled,
 )
+from .autotune_timing import TimingMixin
+from .grid import GridIndexer, no_grid, normalize_grid
+from .kernel import Kernel
+from .kernel_options import KERNEL_OPTIONS, SP_BAD_OPTION, SP_CLUSTER_SHAPE, option_problem
 
-ENV_AUTOTUNE = "SPARSILE_AUTOTUNE"
-ENV_PRINT = "SPARSILE_AUTOTUNE_PRINT"
-SP_BAD_CONFIG = "SP0770"
-SP_BAD_NAME = "SP0771"
-SP_CONFIG_PARAM = "SP0772"
-SP_PRUNED_ALL = "SP0776"
-SP_TUNED_ARGUMENT = "SP0777"
-_OFF = frozenset({"0", "off", "false", "no"})
+__all__ = ["ENV_AUTOTUNE", "ENV_PRINT", "SP_BAD_CONFIG", "SP_BAD_NAME", "SP_CONFIG_PARAM", "SP_PRUNED_ALL",
+           "SP_TUNED_ARGUMENT", "Autotuner", "Config", "TuneRecord", "autotune", "printing_requested"]
 
 
-class Config:
-    """One choice for an autotuned kernel: constexpr values (``kwargs``) and kernel options."""
-
-    def __init__(self, kwargs: Mapping[str, Any] | None = None, num_warps: int | None = None,
-                 num_stages: int | None = None, maxnreg: int | None = None, num_ctas: int | None = None,
-                 cluster: Any = None, pre_hook: Callable[[dict[str, Any]], None] | None = None,
-                 pdl: bool | None = None, target: str | None = None):
-        self.kwargs = dict(kwargs or {})
-        given = {"num_warps": num_warps, "num_stages": num_stages, "maxnreg": maxnreg, "num_ctas": num_ctas,
-                 "cluster": cluster, "pdl": pdl, "target": target}
-        self.options = {k: v for k, v in given.items() if v is not None}
-        self.pre_hook = pre_hook
-
-    @classmethod
-    def of(cls, value: Any) -> Config:
-        """A Config as given, or one from a plain dict (its option names become options)."""
-        if isinstance(value, Config):
-            return value
-        if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
-            options = {k: v for k, v in value.items() if k in KERNEL_OPTIONS}
-            return cls({k: v for k, v in value.items() if k not in KERNEL_OPTIONS}, **options)
-        raise LaunchError(SP_BAD_CONFIG, f"an autotune config must be a sparsile.Config or a dict of constexpr "
-                                         f"values and options, found {value!r}",
-                          help='e.g. sparsile.Config({"BLOCK": 256}, num_warps=4) or {"BLOCK": 256, "num_warps": 4}')
-
-    def all_kwargs(self) -> dict[str, Any]:
-        """The constexpr values and the options, as the launch takes them."""
-        return {**self.kwargs, **self.options}
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.all_kwargs().items()}
-
-    def __str__(self) -> str:
-        return ", ".join(f"{k}: {v}" for k, v in self.all_kwargs().items()) or "(no values)"
-
-    def __repr__(self) -> str:
-        return f"Config({self})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Config) and self.to_json() == other.to_json()
-
-    def __hash__(self) -> int:
-        return hash(repr(sorted(self.to_json().items())))
-
-
-@dataclass
-class TuneRecord:
-    """What the tuner decided for one key: the config, how (``tuned``, ``disk``, ``table``,
-    ``first``), the time of every timed config (ms) and the reason of every skipped one."""
-
-    config: Config
-    how: str
-    timings: dict[str, float] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)
-    seconds: float = 0.0
-
-
-def _enabled() -> bool:
-    return os.environ.get(ENV_AUTOTUNE, "1").strip().lower() not in _OFF
-
-
-def printing_requested() -> bool:
-    """Whether SPARSILE_AUTOTUNE_PRINT asks for progress and chosen configs on stderr."""
-    return os.environ.get(ENV_PRINT, "").strip().lower() in {"1", "true", "yes", "on"}
-
-
-class Autotuner:
+class Autotuner(TimingMixin):
     """An autotuned kernel: ``tuned[grid](*args)`` launches the best config for the call's key,
     ``tuned.interpret[grid](*args)`` runs ``interpret_config`` (default the first config) in the
     interpreter without timing, :meth:`summary` tells what was chosen."""
@@ -156,7 +92,7 @@ class Autotuner:
                                   help=f"e.g. {what}=[\"n\"]" + ("; key=[] tunes once per argument dtypes"
                                                                  if what == "key" else ""))
         self.key = list(key)
-        self.prune_configs_by = _checked_prune(kernel.name, prune_configs_by)
+        self.prune_configs_by = checked_prune(kernel.name, prune_configs_by)
         self.warmup, self.rep = warmup, rep
         self.restore_value = None if restore_value is None else list(restore_value)
         self.reset_to_zero = list(reset_to_zero)
@@ -297,7 +233,7 @@ class Autotuner:
         record = self.cache.get(f"{gpu}|{key}")
         if record is not None:
             return record.config
-        if not _enabled():
+        if not tuning_enabled():
             shipped = table_choice(self.table, gpu, key)
             record = TuneRecord(self._given(shipped), "table") if shipped else TuneRecord(self.configs[0], "first")
         else:
@@ -388,130 +324,6 @@ class Autotuner:
                               help="make early_config_prune keep at least one config")
         return configs
 
-    # ------------------------------------------------------------------ tuning
-    def _tune(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], bound: dict[str, Any], stream: Any,
-              gpu: str, key: str, ordinal: int | None = None) -> TuneRecord:
-        configs = self._pruned(self._candidates(gpu, key), bound)  # a pruning mistake first, GPU or not
-        for n in self.reset_to_zero:
-            if not hasattr(bound[n], "shape"):
-                raise LaunchError(SP_BAD_NAME, f"autotune reset_to_zero= names `{n}`, which is {bound[n]!r} in this "
-                                               "call, not an array", help="reset_to_zero= names arrays tuning zeroes "
-                                                                          "before each timed launch")
-        bench = self._timer(ordinal)
-        handle = launch_stream(bound, stream)  # where zeroing, saving and restoring go (autotune_arrays.py)
-        started = time.perf_counter()
-        timings: dict[str, float] = {}
-        skipped: dict[str, str] = {}
-        errors: list[CompileError | LaunchError] = []
-        saved: dict[str, Callable[[], None]] = {}
-        progress = self._progress()
-        try:
-            for i, config in enumerate(configs):
-                if progress:
-                    print(f"\rsparsile autotune `{self.name}` [{i + 1}/{len(configs)}] {config}\x1b[K", end="",
-                          file=self._err(), flush=True)
-                call_kwargs = {**self._user_kwargs(kwargs, config), **config.all_kwargs()}
-                try:
-                    self._compile(grid, args, call_kwargs, ordinal)
-                except CompileError as e:
-                    skipped[str(config)] = _reason(e)
-                    errors.append(e)
-                    continue
-                dims = self._grid_dims(grid, args, kwargs, config)
-                if dims is not None and 0 in dims:  # would run nothing and time fastest
-                    e = LaunchError("SP0710", f"grid {dims} has a 0 dimension: it launches nothing, so it is not timed")
-                    skipped[str(config)] = _reason(e)
-                    errors.append(e)
-                    continue
-                self._save(args, call_kwargs, saved, handle)
-                try:
-                    timings[str(config)] = float(bench(self._runner(grid, args, call_kwargs, config, stream, handle,
-                                                                    ordinal),
-                                                       warmup=self.warmup, rep=self.rep, stream=stream))
-                except LaunchError as e:  # refused before it ran (a grid, block or shared memory over a limit)
-                    skipped[str(config)] = _reason(e)
-                    errors.append(e)
-                finally:
-                    for restore in saved.values():
-                        restore()
-        finally:
-            if progress:
-                print(file=self._err(), flush=True)
-        if not timings:
-            raise errors[0]
-        best = min((c for c in configs if str(c) in timings), key=lambda c: timings[str(c)])
-        record = TuneRecord(best, "tuned", timings, skipped, time.perf_counter() - started)
-        self.file.store(f"{gpu}|{key}", {"config": best.to_json(), "ms": timings[str(best)], "timings": timings,
-                                          "skipped": skipped})
-        return record
-
-    def _timer(self, ordinal: int | None) -> Callable[..., float]:
-        """What tuning on GPU ``ordinal`` (the call's arrays'; None: sparsile's current device) times
-        with: the GPU timer, or ``benchmarker=`` run with that GPU as sparsile's and torch's current
-        device (backend/runtime/bench.py ``on_device``): its contract names no device, so it times
-        with the current one's events (docs/autotune.md). Given as is without a GPU (the CPU tests)."""
-        from ..backend import runtime
-        from ..backend.runtime import devices
-        from ..backend.runtime.bench import on_device
-
-        if self.benchmarker is None:
-            return _default_benchmarker(self.name, ordinal)
-        if not runtime.has_gpu():
-            return self.benchmarker
-        return on_device(self.benchmarker, devices.default_ordinal if ordinal is None else ordinal)
-
-    def _runner(self, grid: Any, args: tuple[Any, ...], call_kwargs: dict[str, Any], config: Config,
-                stream: Any, handle: int = 0, ordinal: int | None = None) -> Callable[[], None]:
-        """One timed launch: the ``reset_to_zero`` arrays zeroed and the config's ``pre_hook`` run
-        on the launch stream ``handle`` (of GPU ``ordinal``), then the launch on ``stream``: each
-        zeroing is ordered after the previous repetition's kernel and before this one, whatever the
-        stream (autotune_arrays.py)."""
-        bound = self._bound(args, {k: v for k, v in call_kwargs.items() if k not in config.all_kwargs()}, config)
-        zeroed = [bound[n] for n in self.reset_to_zero]
-
-        def run() -> None:
-            for x in zeroed:
-                zero(x, handle)
-            if config.pre_hook is not None:
-                with hook_stream(handle, ordinal):
-                    config.pre_hook(bound)
-            self.launch_kernel(grid, args, call_kwargs, stream)
-        run.config = config  # type: ignore[attr-defined]  # which config a benchmarker times
-        return run
-
-    def _save(self, args: tuple[Any, ...], call_kwargs: dict[str, Any], saved: dict[str, Callable[[], None]],
-              handle: int = 0) -> None:
-        """Add to ``saved`` the restore functions of the arrays timing this config may change:
-        ``restore_value``, by default every array argument this config's kernel stores to (configs
-        can store to different arrays: a workspace only a split config writes), and
-        ``reset_to_zero``. An array first seen here is as the caller passed it: every earlier
-        config was restored, and none stored to it. Saved and restored on the launch stream
-        ``handle``: after the caller's work queued there, before the launches after."""
-        if self.restore_value is not None:
-            names = set(self.restore_value)
-        else:
-            from ..frontend.interp.host_arrays import stored_params
-
-            names = stored_params(self.kernel.ir(*args, **call_kwargs))
-        names |= set(self.reset_to_zero)
-        bound = self._bound(args, call_kwargs)
-        for n in sorted(names - set(saved)):
-            if hasattr(bound[n], "shape"):
-                saved[n] = snapshot(bound[n], handle)
-
-    def _compile(self, grid: Any, args: tuple[Any, ...], call_kwargs: dict[str, Any], ordinal: int | None = None
-                 ) -> None:
-        """Compile one config for the GPU of the call's arrays, ``ordinal`` (default the current GPU;
-        sm_90a where there is none, so that the CPU tests reach the same compile errors);
-        CompileError when it cannot be."""
-        from ..backend import runtime
-        from ..target.targets import target_for_capability
-        from .launch import GpuLaunch
-
-        target = target_for_capability(*runtime.current_device(ordinal).compute_capability).name \
-            if runtime.has_gpu() else "sm_90a"
-        GpuLaunch(self.kernel, grid).compile_for(call_kwargs.get("target") or target, *args, **call_kwargs)
-
     # ------------------------------------------------------------------ reporting
     def _gpu_name(self, ordinal: int | None = None) -> str:
         """The name of GPU ``ordinal`` (default: the current one), what tuning records are keyed by."""
@@ -540,53 +352,6 @@ class Autotuner:
             for name, why in r.skipped.items():
                 lines.append(f"      skipped     {name}: {why}")
         return "\n".join(lines)
-
-
-_PRUNE_KEYS = ("early_config_prune", "perf_model", "top_k")
-
-
-def _checked_prune(kernel: str, prune: Any) -> dict[str, Any]:
-    """``prune_configs_by`` as a dict, checked when the kernel is decorated: a misspelt key was
-    ignored (nothing pruned, no word), a bad value failed inside the first tuning."""
-    if prune is None:
-        return {}
-    what = "autotune prune_configs_by="
-    example = 'e.g. prune_configs_by={"early_config_prune": lambda configs, args: configs[:2]}'
-    if not isinstance(prune, Mapping):
-        raise LaunchError(SP_BAD_CONFIG, f"{what} takes a dict ({', '.join(_PRUNE_KEYS)}), found {prune!r}",
-                          help=example)
-    for name, value in prune.items():
-        if name not in _PRUNE_KEYS:
-            raise LaunchError(SP_BAD_CONFIG, f"{what} takes early_config_prune, perf_model and top_k, found "
-                                             f"`{name}`", help=example)
-        if name != "top_k" and not callable(value):
-            raise LaunchError(SP_BAD_CONFIG, f"{what} {name} must be a function, found {value!r}", help=example)
-        whole = isinstance(value, int) and not isinstance(value, bool) and value >= 1
-        if name == "top_k" and not (whole or (isinstance(value, float) and 0 < value <= 1)):
-            raise LaunchError(SP_BAD_CONFIG, f"{what} top_k must be a positive int or a fraction in (0, 1], found "
-                              f"{value!r}", help="top_k: how many configs (or which fraction of them) perf_model's "
-                                                 "lowest estimates keep")
-    return dict(prune)
-
-
-def _reason(error: CompileError | LaunchError) -> str:
-    if isinstance(error, LaunchError):
-        return f"{error.code}: {error.message}"
-    d = error.diagnostics[0] if error.diagnostics else None
-    return f"{d.code}: {d.message}" if d is not None else str(error)
-
-
-def _default_benchmarker(kernel: str, ordinal: int | None = None) -> Callable[..., float]:
-    """The GPU timer (on device ``ordinal``, the tuned call's: default the current one); LaunchError
-    SP0731 where there is no GPU (as the kernel's own launch)."""
-    from ..backend import runtime
-    from ..backend.runtime.bench import do_bench
-
-    if not runtime.has_gpu():
-        raise LaunchError("SP0731", f"kernel `{kernel}` cannot be tuned: no NVIDIA GPU is available",
-                          help=f"run it on the CPU with `{kernel}.interpret[grid](...)` (the first config, or "
-                               "interpret_config=)")
-    return do_bench if ordinal is None else functools.partial(do_bench, device=ordinal)
 
 
 def autotune(configs: Sequence[Any], key: Sequence[str], *, prune_configs_by: Mapping[str, Any] | None = None,

@@ -649,7 +649,7 @@ def test_a_call_on_another_gpu_is_tuned_for_that_gpu(monkeypatch: pytest.MonkeyP
     """On a host of two GPUs a call whose arrays live on cuda:1 is keyed by, compiled for and timed
     on cuda:1, not the current device (driver/array_devices.py)."""
     from sparsile.backend import runtime
-    from sparsile.driver import array_devices, autotune
+    from sparsile.driver import array_devices, autotune_timing
 
     monkeypatch.setattr(array_devices, "_COUNT", [2])
     monkeypatch.setattr(Autotuner, "_gpu_name", lambda self, ordinal=None: {None: "GPU zero", 1: "GPU one"}[ordinal])
@@ -660,7 +660,7 @@ def test_a_call_on_another_gpu_is_tuned_for_that_gpu(monkeypatch: pytest.MonkeyP
     tuner.choose(_grid, (x.view(_OnGpu1), out.view(_OnGpu1), N, 0.5), {})
     assert sorted(k.split("|")[0] for k in tuner.cache) == ["GPU one", "GPU zero"]
     monkeypatch.setattr(runtime, "has_gpu", lambda: True)
-    timer = autotune._default_benchmarker("axpy", 1)
+    timer = autotune_timing._default_benchmarker("axpy", 1)
     assert timer.keywords == {"device": 1}
 
 
