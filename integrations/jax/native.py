@@ -255,7 +255,7 @@ def _build_record(plan: Any, ins: list[ffi.XlaBuffer], outs: list[ffi.XlaBuffer]
     from ...backend.runtime.arrays import describe_array
     from ...backend.runtime.launch_config import normalize_grid
     from ...driver.launch import argument_of
-    from .call import DeviceView
+    from .plan import DeviceView
 
     launcher = plan.launcher(ordinal)
     spec = launcher.spec

@@ -371,7 +371,7 @@ def test_a_launcher_is_not_built_for_a_plan_whose_globals_changed() -> None:
 
         mp.setattr(launch, "_build_launcher", lambda *a, **k: built.append(a) or type("L", (), {"spec": None})())
         mp.setattr(runtime, "current_device", lambda ordinal=None: type("D", (), {"compute_capability": (9, 0)})())
-        mp.setattr(importlib.import_module("sparsile.integrations.jax.call"), "needs_info", lambda spec: set())
+        mp.setattr(importlib.import_module("sparsile.integrations.jax.plan"), "needs_info", lambda spec: set())
         try:
             SHIFT = 2.0
             with pytest.raises(LaunchError) as info:

@@ -1,5 +1,5 @@
 """The JAX path builds a plan's launcher for the device XLA runs it on (the FFI handler's ordinal,
-integrations/jax/call.py ``CallPlan.launcher``) without changing sparsile's current device
+integrations/jax/plan.py ``CallPlan.launcher``) without changing sparsile's current device
 (``runtime.use_device``) meanwhile: that is process-wide, and another thread's launch of host
 arrays, or a ``sparse_matmul`` call keyed by it, during the build would follow it to XLA's device
 (docs/language.md, "Specialization and launching"). A faked two-GPU host: nothing is compiled."""
@@ -17,7 +17,7 @@ pytest.importorskip("jax")
 from sparsile.backend import runtime
 from sparsile.backend.runtime import devices
 from sparsile.driver import launch
-from sparsile.integrations.jax.call import CallPlan
+from sparsile.integrations.jax.plan import CallPlan
 from sparsile.tests.backend.test_prepared import H200
 
 GPUS = {0: H200, 1: dataclasses.replace(H200, ordinal=1)}
@@ -62,7 +62,7 @@ class _XlaDevice:
 def test_the_lowering_loads_the_kernel_on_the_devices_xla_lowers_for(monkeypatch: pytest.MonkeyPatch, assignment,
                                                                      built) -> None:
 
-    jax_call = importlib.import_module("sparsile.integrations.jax.call")  # (the package exports `call`, a function)
+    jax_call = importlib.import_module("sparsile.integrations.jax.primitive")  # (the lowering rules)
     monkeypatch.setattr(devices, "default_ordinal", 0)
     monkeypatch.setattr(runtime, "current_device", lambda ordinal=None: GPUS[0 if ordinal is None else ordinal])
     monkeypatch.setattr(jax_call.ffi, "register", lambda platform: None)
