@@ -8,7 +8,8 @@ time on the H200 (benchmarks/RESULTS.md, sixteenth session). A layer keeps what 
 (the record and the call's x shape, dtype, device and stream) and a call that matches it launches the
 record's native launch directly, after the checks that can change between calls: whether the
 record is still the last one its cache ran (a cleared cache, another call through it), torch's
-current stream, a CUDA-graph capture, records of the cache waiting to be filled (planned in a capture), a
+current stream, a CUDA-graph capture, records of the cache waiting to be filled (planned in a capture),
+records of captures whose free waits for a capture's end (capture_frees.py: any cache's), a
 CUDA graph destroyed whose own records the cache keeps (graph_life.py: one read of the counter its
 destroy callback raises, only where the cache holds such records), an in-place write to the weight
 (its version counters), and x contiguous, 16-byte aligned and no lazy negation
@@ -27,6 +28,7 @@ from typing import Any
 import torch
 
 from ._kernels import LaunchRecord, capturing
+from .capture_frees import HELD
 from .graph_launch import GraphReplays
 
 _version = operator.attrgetter("_version")  # a tensor's version counter
@@ -90,7 +92,8 @@ class LastCall:
         stream = self.stream
         counter = self.counter  # (a graph destroyed since: the full path drops its records)
         # (a capture never records the legacy default stream, handle 0: CUDA refuses to begin one there)
-        if native is None or cache.last is not self.entry or cache.unfilled or self.stream_of() != stream \
+        # (HELD: records of captures let go of while a capture was under way: the full path frees them)
+        if native is None or cache.last is not self.entry or cache.unfilled or HELD or self.stream_of() != stream \
                 or (stream and capturing()) or (counter is not None and counter.value != self.seen):
             return None
         tracked = record.tracked

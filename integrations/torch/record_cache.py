@@ -15,6 +15,7 @@ import torch
 from ..errors import SP_STALE_CAPTURE, IntegrationError
 from . import graph_life
 from ._kernels import LaunchRecord, capture_id, capturing, pdl_wanted, stream_getter
+from .capture_frees import HELD, CaptureRecord, drop_held
 from .capture_keys import is_capture_key, scratch_key
 from .optimizer_steps import AfterStep, bump_unless_written, watch_optimizer_steps
 from .weight import Weight, same_binding, storage_key, weight_versions
@@ -346,6 +347,8 @@ class RecordCache:
             self._collect_released(in_capture)
         if self.unfilled and not in_capture:  # records planned in a capture: filled before any eager call
             self._fill()
+        if HELD and not in_capture:  # records of captures freed meanwhile, held while a capture was under way
+            drop_held()
         records = self.records
         found = key
         record = records.get(key)
@@ -366,8 +369,10 @@ class RecordCache:
             if versions != record.versions:  # written in place since the record was built
                 record = self._weight_written(found, record, versions)
         if record is None:
-            record = LaunchRecord(x, w, scale_x, out_dtype, off_pool, stream, quantize,
-                                  self.pdl and pdl_wanted(x.device), static)
+            # planned in a capture, its tensors allocated there: freed only where no capture would take the
+            # frees (capture_frees.py), whatever lets go of it (a collected weight, cache or layer, a release)
+            record = (CaptureRecord if in_capture else LaunchRecord)(
+                x, w, scale_x, out_dtype, off_pool, stream, quantize, self.pdl and pdl_wanted(x.device), static)
             record.key = stored = own if record.owns_workspace else key
             record.owner = weakref.ref(w.values, functools.partial(self._dropped, stored))
             records[stored] = record

@@ -891,3 +891,125 @@ def test_frees_captured_asks_the_record_s_own_streams_under_cuda_malloc_async_on
         got = graph_life.frees_captured(SimpleNamespace(streams=set(streams)))
         assert got is (held and backend == "cudaMallocAsync"), (streams, got)
     assert 0 not in asked and (asked == [] if backend == "native" else set(asked) == {7, 8, 9})
+
+
+def _held() -> dict:
+    """The records whose free waits for the captures under way (integrations/torch/capture_frees.py), or {}
+    where that module is not there (before the fix)."""
+    try:
+        from sparsile.integrations.torch import capture_frees
+    except ImportError:
+        return {}
+    return capture_frees.HELD
+
+
+@pytest.fixture
+def held():
+    """The held records, empty before and after the test (a held record must not outlive its test's fakes)."""
+    records = _held()
+    assert not records
+    yield records
+    records.clear()
+
+
+@pytest.mark.parametrize("backend", ["cudaMallocAsync", "native"])
+@pytest.mark.parametrize("capture", ["another thread's", "this thread's"])
+@pytest.mark.parametrize("cleared", [False, True])
+def test_a_weight_collected_during_a_capture_frees_nothing_its_capture_allocated_under_cuda_malloc_async(
+        fake, graphs, monkeypatch, other_captures, held, backend, capture, cleared):
+    """A record planned in capture 31 on stream 7 (its scratch and y template allocated in that capture); its
+    weight is collected (its layer deleted; the custom op's cache drops the records of a collected weight in
+    the weakref callback RecordCache._dropped) while a capture is under way: thread B's on stream 7, or this
+    thread's own (capture 32, of something else). Under cudaMallocAsync the record's tensors would be
+    ``cudaFreeAsync``-ed on stream 7 into that capture's graph (each replay freeing them again): so nothing of
+    them is freed then; the first call outside a capture after it ends drops them. Before, the callback freed
+    them at once. With the native allocator they are freed at once, as before (a free goes back to the pool).
+    ``cleared``: the cache was cleared before (a layer's ``.to()``, a replaced buffer): the record, retired (kept
+    while its weight lives: a graph may replay it), goes the same way."""
+    monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: backend)
+    cache, w, x, captured = _captured_once(fake, monkeypatch)
+    tensors = _capture_s_tensors(captured())
+    eager = weakref.ref(cache.records[(*KEY, 7)])
+    if cleared:
+        cache.clear()
+        assert list(cache.retired.values()) == [captured()] and all(t() is not None for t in tensors)
+    if capture == "this thread's":
+        _capture(fake, monkeypatch, 32)
+    else:
+        other_captures.add(7)
+    del w
+    gc.collect()
+    assert not cache.records and not cache.retired and eager() is None  # (the eager record's: not a capture's)
+    if backend == "native":
+        assert captured() is None and all(t() is None for t in tensors)
+        return
+    assert captured() is not None and all(t() is not None for t in tensors)
+    other = _weight()
+    _capture(fake, monkeypatch, 33)
+    _call(cache, other, x)  # (a call inside a capture drops nothing)
+    gc.collect()
+    assert all(t() is not None for t in tensors)
+    _capture(fake, monkeypatch, None)
+    other_captures.add(7)
+    _side_call(cache, other, x)  # (outside a capture, but B captures on stream 7)
+    gc.collect()
+    assert all(t() is not None for t in tensors)
+    other_captures.clear()  # the captures ended
+    _side_call(cache, other, x)
+    gc.collect()
+    assert captured() is None and all(t() is None for t in tensors) and not held
+
+
+def _alive(ptrs: set[int]) -> set[int]:
+    """The data pointers among ``ptrs`` of the tensors the garbage collector tracks now."""
+    return {o.data_ptr() for o in gc.get_objects() if type(o) is torch.Tensor and o.data_ptr() in ptrs}
+
+
+def test_a_cache_collected_with_its_layer_during_a_capture_frees_nothing_its_capture_allocated(
+        fake, graphs, monkeypatch, other_captures, held):
+    """A layer in a reference cycle is collected, with its cache and the weight (no weakref callback runs:
+    the weak references are garbage too), while thread B captures on stream 7, where the cache's record of
+    capture 31 allocated its tensors: under cudaMallocAsync they are not freed by that collection (they would
+    be ``cudaFreeAsync``-ed into B's graph) but held until the next call outside a capture after B's capture
+    ends (another cache's). Before, the collection freed them."""
+    monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: "cudaMallocAsync")
+    cache, w, x, captured = _captured_once(fake, monkeypatch)
+    ptrs = {t().data_ptr() for t in _capture_s_tensors(captured())}
+    layer: list = [cache, w]
+    layer.append(layer)  # (a cycle: only the garbage collector frees it)
+    del cache, w, layer, captured
+    other_captures.add(7)
+    gc.collect()
+    assert _alive(ptrs) == ptrs
+    other_captures.clear()
+    second, other = RecordCache(), _weight()
+    _side_call(second, other, x)
+    gc.collect()
+    assert not _alive(ptrs) and not held
+
+
+def test_a_layer_s_fast_path_takes_the_full_path_while_records_are_held(fake, graphs, monkeypatch, other_captures,
+                                                                          held):
+    """Another layer's last call (its fast path: no cache lookup) falls through to the full path while a capture's
+    record whose weight was collected during thread B's capture is held (under cudaMallocAsync), also after B's
+    capture ended: that full path frees it; then the fast path serves again. Before, the fast path served while
+    the record's tensors were still there (freed at once by the callback, before the fix; kept for no call to
+    free them, with the hold but no fast-path check)."""
+    monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: "cudaMallocAsync")
+    _cache, w, x, captured = _captured_once(fake, monkeypatch)  # (the cache lives: the callback drops the record)
+    tensors = _capture_s_tensors(captured())
+    layer, other = RecordCache(), _weight()
+    layer.run((4,), x, other, None, torch.float32, stream=9)
+    last = LastCall.of(layer, x, lambda: 9, (4,))
+    assert last is not None and last(x) is not None
+    other_captures.add(7)
+    del w
+    gc.collect()
+    assert all(t() is not None for t in tensors) and last(x) is None
+    other_captures.clear()
+    assert last(x) is None and all(t() is not None for t in tensors)
+    layer.run((4,), x, other, None, torch.float32, stream=9)  # the full path
+    gc.collect()
+    assert all(t() is None for t in tensors) and not held
+    last = LastCall.of(layer, x, lambda: 9, (4,))
+    assert last is not None and last(x) is not None

@@ -1,0 +1,66 @@
+"""Launch records planned inside a CUDA-graph capture whose tensors may not be freed yet (docs/torch.md,
+"Scratch per stream and per CUDA-graph capture").
+
+A record planned inside a capture allocated its tensors (scratch, padded copies, its y template) in
+that capture. With torch's ``cudaMallocAsync`` allocator such a tensor is freed by ``cudaFreeAsync``
+on the stream it was allocated on (torch.cuda.graph's capture stream, shared by its graphs): freed
+while a capture is under way there, the free becomes a node of that capture's graph, and each
+replay frees the memory again (memory corruption, illegal addresses). The collect of destroyed
+graphs' records waits for such captures (graph_life.py), but a record also goes when its weight is
+collected (``RecordCache._dropped``, a weakref callback that runs at any allocation, on any thread,
+inside a capture too), when its cache is collected with its layer (by the garbage collector, where no
+callback runs), or when a layer's last call lets go of it. So a capture's record is a
+:class:`CaptureRecord`, whose finalizer, whatever let go of it, keeps it (in :data:`HELD`) where
+freeing it now would put frees into a capture (:func:`must_wait`), and :func:`drop_held` lets it go
+at the next call of any cache outside a capture (``RecordCache.run``'s full path, not a layer's
+last-call fast path) or the next collect of destroyed graphs, once no such capture is seen.
+
+Bound: only records planned in a capture whose last reference went while a capture was under way
+are held, each until the next full-path call outside a capture; a process that never calls again
+keeps them (their memory, no more) until it ends. With torch's native allocator nothing is held (a
+freed block goes back to its pool, as before)."""
+
+from __future__ import annotations
+
+from . import graph_life
+from ._kernels import LaunchRecord, capturing
+
+HELD: dict[int, LaunchRecord] = {}
+"""The records kept from being freed, by id (a dict: a finalizer on another thread changes it
+atomically); never replaced, only changed."""
+
+
+def must_wait(record: LaunchRecord) -> bool:
+    """Whether freeing ``record`` (planned in a capture) now would put frees into a capture: with
+    ``cudaMallocAsync`` only, while a capture sparsile can see is under way (the calling thread's,
+    one on a noted capture stream: :func:`~.graph_life.may_drop_records`) or one of the record's own
+    streams captures (:func:`~.graph_life.frees_captured`). Driver calls: ``cuStreamIsCapturing``
+    only, legal during any capture."""
+    if graph_life.frees_in_capture():
+        return False
+    return not graph_life.may_drop_records(capturing()) or graph_life.frees_captured(record)
+
+
+class CaptureRecord(LaunchRecord):
+    """A :class:`~._kernels.LaunchRecord` planned inside a CUDA-graph capture (``RecordCache.run``
+    makes one there): its finalizer holds it (:data:`HELD`) where :func:`must_wait` says so."""
+
+    def __del__(self) -> None:
+        """The last reference went: kept alive in :data:`HELD` where freeing it now would put frees
+        into a capture (run at any allocation, on any thread, by the garbage collector too: it never
+        raises; where it cannot tell, the record is freed, as before). Called once per record: once
+        :func:`drop_held` lets go of it, it is freed."""
+        try:
+            if must_wait(self):
+                HELD[id(self)] = self
+        except Exception:  # (at interpreter exit, modules may be gone)
+            pass
+
+
+def drop_held() -> int:
+    """Let go of the held records that may be freed now (:func:`must_wait` asked again of each);
+    how many stay held."""
+    for key, record in HELD.copy().items():  # (a snapshot: finalizers on other threads add records)
+        if not must_wait(record):
+            HELD.pop(key, None)
+    return len(HELD)
