@@ -10,6 +10,10 @@ tests/integrations/test_torch_compiled_refusals.py.
   eager layer call on B after a capture's graph was destroyed, while A captures on the same shared
   capture stream, leaves A's capture valid (the destroyed graph's record waits), and the record is
   dropped by the first call after;
+* under cudaMallocAsync (a subprocess), a layer deleted inside a capture (this thread's own, of something
+  else, on the shared capture stream) frees nothing its earlier capture allocated into that capture: the
+  record is held (integrations/torch/capture_frees.py), the capture's graph replays right, again and
+  again, and the next call of another layer frees it;
 * a compiled (not fullgraph) torch.func.jvp through a frozen SparseLinear on CUDA gives SP0922, not a
   torch internal assert from dynamo tracing the op's record path."""
 
@@ -210,6 +214,53 @@ def test_an_eager_call_under_cuda_malloc_async_leaves_another_thread_s_capture_o
         pytest.skip(f"a plain F.linear call on a side stream during another thread's {mode}-mode capture fails under "
                     f"this torch's cudaMallocAsync too: {base.stdout[-300:]}")
     done = _malloc_async_scenario(mode, "sparsile")
+    assert done.returncode == 0 and done.stdout.strip().endswith("OK"), (done.stdout + done.stderr)[-4000:]
+
+
+_DIES_DURING_CAPTURE = textwrap.dedent('''
+    import gc, torch
+    import sparsile.torch as spt
+    from sparsile.integrations.torch import capture_frees
+    from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
+    x = torch.randn(8, 512, device="cuda").to(torch.bfloat16)
+    layer = spt.SparseLinear.from_dense(linear(256, 512, seed=9, device="cuda"), "bf16")
+    other = spt.SparseLinear.from_dense(linear(256, 512, seed=10, device="cuda"), "bf16")
+    layer(x), other(x)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):  # a record with scratch for this graph, allocated on the shared capture stream
+        layer(x)
+    del g  # (no call of the layer follows: its cache keeps the record)
+    gc.collect()
+    torch.cuda.synchronize()
+    xa = torch.randn(64, 128, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="relaxed"):  # the same shared capture stream
+        ya = torch.tanh(xa) * 3 + xa
+        del layer  # its weight collected: its records dropped, inside this capture
+        gc.collect()
+        held = len(capture_frees.HELD)
+    for _ in range(3):  # (before: each replay freed the record's scratch again)
+        ya.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(ya.double(), torch.tanh(xa.double()) * 3 + xa.double(), rtol=1e-6, atol=1e-6)
+    assert held >= 1, held
+    y = other(x)  # the first full-path call outside a capture: the held record freed
+    torch.cuda.synchronize()
+    check_against_float64(other, x, y)
+    assert not capture_frees.HELD, len(capture_frees.HELD)
+    print("OK")
+''')
+
+
+def test_a_layer_deleted_inside_a_capture_under_cuda_malloc_async_frees_nothing_into_it():
+    """Under cudaMallocAsync a layer whose earlier capture planned a record (scratch on torch.cuda.graph's shared
+    capture stream) is deleted inside a later capture on that stream: its record is held, not freed (its
+    ``cudaFreeAsync`` would be captured into the new graph, freeing the memory at each replay); the new graph
+    replays right three times, and the next call of another layer frees the record (capture_frees.py)."""
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
+    done = subprocess.run([sys.executable, "-c", _DIES_DURING_CAPTURE], env=env, capture_output=True, text=True,
+                          timeout=600)
     assert done.returncode == 0 and done.stdout.strip().endswith("OK"), (done.stdout + done.stderr)[-4000:]
 
 
