@@ -481,6 +481,14 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
     ;;
+a55)  # a54's leftovers on a short budget: on an H200 issue 12's T <= 16 rows first, then the capture-thread file
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        run 280 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+            --passes 3 --json "$out/linear-passes-55.json"
+    fi
+    run 120 python -m pytest -q -m gpu -n 4 --timeout 100 -rfEs --junitxml="$out/junit-a55.xml" \
+        tests/gpu/test_capture_threads_gpu.py tests/gpu/test_pdl_weight_write_gpu.py
+    ;;
 a54)  # on an H200 issue 12's T <= 16 rows first (the acceptance), then the fifty-third session's GPU tests: PDL weight
      # writes without a device synchronize (test_pdl_weight_write_gpu.py), the cudaMallocAsync capture-mode scenarios,
      # and the torch layer files that run PDL records
