@@ -182,7 +182,7 @@ _MALLOC_ASYNC = textwrap.dedent('''
         side.synchronize()
     except Exception as exc:
         print("EAGER-FAILED", type(exc).__name__, str(exc)[:200], flush=True)
-        done.set(); t.join(60)
+        done.set(); checked.set(); t.join(60)
         os._exit(3)
     done.set()
     assert ended.wait(60)
