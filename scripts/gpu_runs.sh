@@ -481,6 +481,18 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
     ;;
+a56)  # after a55 (H100: the capture-thread and PDL files 8 passed, 1 skipped): on an H200 issue 12's T <= 16 rows first
+     # (the acceptance), then a54's list (the torch layer files that run capture and PDL records)
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        run 280 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+            --passes 3 --json "$out/linear-passes-56.json"
+    fi
+    run 280 python -m pytest -q -m gpu -n 6 --timeout 150 -rfEs --junitxml="$out/junit-a56.xml" \
+        tests/gpu/test_pdl_weight_write_gpu.py tests/gpu/test_capture_threads_gpu.py \
+        tests/gpu/test_torch_graph_owners_gpu.py tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_kept_launches_gpu.py \
+        tests/gpu/test_torch_warm_up_gpu.py tests/gpu/test_torch_native_gpu.py tests/gpu/test_pdl_gpu.py \
+        tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_training_gpu.py tests/gpu/test_torch_autograd_gpu.py
+    ;;
 a55)  # a54's leftovers on a short budget: on an H200 issue 12's T <= 16 rows first, then the capture-thread file
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
         run 280 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
