@@ -74,10 +74,14 @@ server's usual capture sizes (vLLM captures 67); records of T > 64 hold no works
 RECORDS = RecordCache(capacity=OP_RECORDS_PER_WEIGHT)
 
 
-@functools.lru_cache(maxsize=1024)
 def _sm90_meta_shape(name: str, n: int, k: int) -> tuple[int, ...]:
-    """The "sm90" metadata shape of an (n, k) weight (remembered: a layer asks every call)."""
+    """The "sm90" metadata shape of an (n, k) weight, computed each time: the traced path (see
+    :func:`check_arguments`)."""
     return tuple(metadata_shape("sm90", name, n, k))
+
+
+_sm90_meta_shape_cached = functools.lru_cache(maxsize=1024)(_sm90_meta_shape)
+"""The eager path's :func:`_sm90_meta_shape`, remembered (the op checks its arguments on every call)."""
 
 
 def _bad(message: str, help: str, code: str = SP_OP_ARGUMENTS) -> IntegrationError:
@@ -111,7 +115,10 @@ def check_arguments(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, b
     if x.dtype != values.dtype:
         raise _bad(f"x has dtype {x.dtype} but the weight is {values.dtype}",
                    help="cast x to the weight's dtype (fp8: quantize_per_token_e4m3)", code=SP_BAD_TENSOR)
-    want = _sm90_meta_shape(name, n, int(x.shape[-1]))
+    # (not the cache while dynamo traces: it warns "Dynamo detected a call to a `functools.lru_cache`-wrapped
+    # function" in every compiled frame that runs the op eagerly, a graph break; about 70 ns an eager call)
+    shape_of = _sm90_meta_shape if torch.compiler.is_compiling() else _sm90_meta_shape_cached
+    want = shape_of(name, n, int(x.shape[-1]))
     if meta.dtype != torch.int32 or tuple(meta.shape) != want:
         raise _bad(f"meta must be int32 words of shape {want}, got {meta.dtype} {tuple(meta.shape)}",
                    help="pass SparseLinear.meta (sm90 metadata words)")

@@ -258,3 +258,37 @@ def test_vmap_over_a_layer_takes_the_op(dtype):
     x = torch.randn(4, 3, 64).to(torch.bfloat16)
     assert torch.equal(torch.func.vmap(layer)(x), layer(x))
     assert torch.equal(torch.func.vmap(layer, in_dims=1)(x), layer(x.transpose(0, 1)))
+
+
+def _lru_cache_warnings(record) -> list[str]:
+    return [str(w.message) for w in record if "functools.lru_cache" in str(w.message)]
+
+
+def test_dynamo_compiling_the_op_implementation_meets_no_lru_cache(monkeypatch, recwarn):
+    """Where a compiled frame runs the op eagerly (a graph break), dynamo compiles the op's Python
+    implementation, argument check included; the check's shape cache (an ``functools.lru_cache``) made
+    dynamo warn "Dynamo detected a call to a `functools.lru_cache`-wrapped function at 'ops.py:114'"
+    in the user's run. Compiled directly here: the same frame, the same numbers, no such warning."""
+    from sparsile.integrations.torch import ops
+
+    monkeypatch.setattr(torch._dynamo.utils, "warn_once_cache", set(), raising=False)  # (dynamo warns once)
+    torch._dynamo.reset()
+    layer = spt.SparseLinear.from_dense(linear(32, 64), activation="relu")
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    y = torch.compile(ops.sparse_linear, backend="eager")(x, layer.values, layer.meta, layer.bias, activation="relu")
+    check_against_float64(layer, x, y)
+    assert _lru_cache_warnings(recwarn) == []
+
+
+def test_a_graph_break_at_the_op_meets_no_lru_cache(monkeypatch, recwarn):
+    """A compiled call the op's fake implementation refuses: a graph break, the frame runs eagerly and dynamo
+    compiles the op's implementation on the way to the refusal (SP0906), without the lru_cache warning."""
+    monkeypatch.setattr(torch._dynamo.utils, "warn_once_cache", set(), raising=False)
+    torch._dynamo.reset()
+    layer = spt.SparseLinear.from_dense(linear(32, 64))
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    with pytest.raises(IntegrationError) as info:
+        torch.compile(lambda t: torch.ops.sparsile.sparse_linear(t, layer.values, layer.meta[:, :1]),
+                      backend="eager")(x)
+    assert info.value.code == "SP0906"
+    assert _lru_cache_warnings(recwarn) == []
