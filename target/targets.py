@@ -219,6 +219,28 @@ def _normalize(name: str) -> str:
     return f"sm_{text}"
 
 
+_HOPPER = ("sm_90a", "Hopper: H100, H200, GH200")
+_BLACKWELL = ("sm_100a", "Blackwell: B200, GB200; B300 is sm_103a, RTX 50 series sm_120a")
+_AMPERE = ("sm_80", "Ampere: A100, A800; A10, A40 and RTX 30 series are sm_86")
+GPU_NAMES: dict[str, tuple[str, str]] = {
+    "hopper": _HOPPER, "h100": _HOPPER, "h200": _HOPPER, "h800": _HOPPER, "h20": _HOPPER, "gh200": _HOPPER,
+    "blackwell": _BLACKWELL, "b200": _BLACKWELL, "b100": _BLACKWELL, "gb200": _BLACKWELL,
+    "ampere": _AMPERE, "a100": _AMPERE, "a800": _AMPERE, "a30": _AMPERE,
+}
+"""Architecture and data-center GPU names (lower case, no spaces) -> (the target to write, what it
+covers): ``target="hopper"`` is SP0601 whose help says ``did you mean `sm_90a`?`` (by spelling alone
+``h100`` came close to ``sm_100``, a Blackwell target)."""
+
+
+def _gpu_name_hint(name: str) -> str | None:
+    """``did you mean `sm_90a`? (Hopper: ...) `` for a GPU or architecture name of :data:`GPU_NAMES`."""
+    plain = re.sub(r"[\s_-]", "", name.lower()).removeprefix("nvidia")
+    if plain not in GPU_NAMES:
+        return None
+    target, covers = GPU_NAMES[plain]
+    return f"did you mean `{target}`? ({covers}) "
+
+
 def get_target(name: str | Target, span: Span = UNKNOWN_SPAN) -> Target:
     """The target called ``name`` (``"sm_100a"``; ``"SM100A"`` and ``"100a"`` also work).
 
@@ -235,7 +257,7 @@ def get_target(name: str | Target, span: Span = UNKNOWN_SPAN) -> Target:
     # compared without the `sm_` every key shares (with it, `foo` came close to `sm_121f`)
     close = difflib.get_close_matches(key.removeprefix("sm_"), [t.removeprefix("sm_") for t in TARGETS],
                                       n=1, cutoff=0.6)
-    help_line = f"did you mean `sm_{close[0]}`? " if close else ""
+    help_line = _gpu_name_hint(name) or (f"did you mean `sm_{close[0]}`? " if close else "")
     help_line += f"known targets: {', '.join(TARGETS)}"
     notes: tuple[str, ...] = ()
     if key in ("sm_101a", "sm_101f", "sm_101"):

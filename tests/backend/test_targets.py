@@ -184,6 +184,35 @@ def test_a_name_unlike_every_target_gets_no_suggestion(name):
     assert "did you mean" not in info.value.diagnostics[0].help
 
 
+@pytest.mark.parametrize(("name", "meant", "chip"), [
+    ("hopper", "sm_90a", "Hopper"), ("H100", "sm_90a", "Hopper"), ("h200", "sm_90a", "Hopper"),
+    ("NVIDIA H100", "sm_90a", "Hopper"), ("blackwell", "sm_100a", "Blackwell"), ("b200", "sm_100a", "Blackwell"),
+    ("ampere", "sm_80", "Ampere"), ("A100", "sm_80", "Ampere"),
+])
+def test_a_gpu_or_architecture_name_suggests_its_target(name, meant, chip):
+    """A product or architecture name is SP0601 whose help names the target to write (h100 and a100 were
+    "did you mean `sm_100`?", a Blackwell target, by spelling alone; hopper, blackwell, ampere had no
+    suggestion)."""
+    src = SourceFile("k.spk", f"target = {name}\n")
+    span = Span(src, 1, 10, 1, 10 + len(name))
+    with pytest.raises(CompileError) as info:
+        T.get_target(name, span)
+    (diag,) = info.value.diagnostics
+    assert (diag.code, diag.message, diag.span) == ("SP0601", f"unknown target `{name}`", span)
+    assert diag.help.startswith(f"did you mean `{meant}`? ({chip}: ")
+    assert diag.help.endswith(f"known targets: {', '.join(T.TARGETS)}")
+    assert diag.help.count("did you mean") == 1
+
+
+def test_the_sm_spellings_of_a_gpu_are_its_targets():
+    """``sm90``, ``sm_90``, ``sm100`` are targets (the plain ones, not SP0601); where a kernel needs the
+    arch-specific features, SP0602 names the `a` target."""
+    assert [T.get_target(n).name for n in ("sm90", "sm_90", "sm100", "SM_90A")] == ["sm_90", "sm_90", "sm_100",
+                                                                                      "sm_90a"]
+    diag = T.feature_problem(T.get_target("sm90"), Feature.WGMMA)
+    assert diag is not None and diag.code == "SP0602" and diag.help == "targets that have it: sm_90a"
+
+
 def test_unknown_target_without_close_match_and_renamed_sm101a():
     with pytest.raises(CompileError) as info:
         T.get_target("volta")
