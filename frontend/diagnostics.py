@@ -102,7 +102,7 @@ def render(diag: Diagnostic) -> str:
             if lab.span.source.name != diag.span.source.name:
                 out.append(f"{pad}::: {lab.span}")
             out.extend(_excerpt(lab.span, width, "-", lab.message))
-    if diag.help or diag.notes:
+    if (diag.help or diag.notes) and diag.span.line > 0:  # (closes the source excerpt; none without a span)
         out.append(f"{pad} |")
     for note in diag.notes:
         out.append(f"{pad} = note: {note}")

@@ -58,6 +58,21 @@ def test_a_compile_error_answers_with_its_first_error():
     assert CompileError([]).code == ""
 
 
+def test_a_diagnostic_without_a_source_location_has_no_empty_gutter_line():
+    """No span (a target name, a Python argument): the message, then the note and help lines; an empty
+    ``  |`` gutter line stood between them, with no source excerpt to close. With a span it stays, under
+    the excerpt."""
+    diag = Diagnostic("SP0601", "unknown target `hopper`", help="did you mean `sm_90a`?", notes=("a note",))
+    assert diag.render().splitlines() == ["error[SP0601]: unknown target `hopper`", "  = note: a note",
+                                          "  = help: did you mean `sm_90a`?"]
+    assert str(CompileError([diag, Diagnostic("SP0602", "second")])).splitlines()[3:] == [
+        "", "error[SP0602]: second", "", "error: aborting due to 2 previous errors"]
+    located = Diagnostic("SP0201", "undefined name `y`", Span(SourceFile("k.spk", "x = y\n"), 1, 5, 1, 6),
+                         help="define `y`")
+    assert located.render().splitlines() == ["error[SP0201]: undefined name `y`", " --> k.spk:1:5", "  |",
+                                             "1 | x = y", "  |     ^", "  |", "  = help: define `y`"]
+
+
 def test_the_codes_of_the_error_classes_are_registered():
     assert {"SP0401", "SP0724", "SP0801", "SP0715"} <= set(CODES)
     assert all(code.startswith("SP0") and len(code) == 6 and title for code, title in CODES.items())
