@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = requirements_missing()
     if missing is not None:
         print(f"bench_elementwise needs an NVIDIA GPU and torch: {missing}", file=sys.stderr)
-        return 2
+        return 3  # (the sparsile CLI's exit status for what this machine or installation lacks)
     import torch
 
     import sparsile

@@ -631,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = requirements_missing()
     if missing is not None:
         print(f"bench_linear needs an NVIDIA GPU, torch and sparsile.torch: {missing}", file=sys.stderr)
-        return 2
+        return 3  # (the sparsile CLI's exit status for what this machine or installation lacks)
     import torch
 
     if "compile" in args.variants:

@@ -488,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = requirements_missing()
     if missing is not None:
         print(f"bench_llama needs an NVIDIA GPU, torch, transformers and sparsile.torch: {missing}", file=sys.stderr)
-        return 2
+        return 3  # (the sparsile CLI's exit status for what this machine or installation lacks)
     import torch
     import transformers
 

@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing is not None:
         print(f"profile_llama_step needs an NVIDIA GPU, torch, transformers and sparsile.torch: {missing}",
               file=sys.stderr)
-        return 2
+        return 3  # (the sparsile CLI's exit status for what this machine or installation lacks)
     import torch
 
     config = bench_llama.llama3_config(args.layers, args.attention)

@@ -13,6 +13,9 @@ the same generation again. Both use ``sparsile.torch.use_gqa_decode_attention`` 
 sdpa attention without its per-step copies of the KV cache; ``--hf-attention`` keeps transformers'
 own, docs/torch.md "Decoding with transformers"). With a real checkpoint, load it with
 ``LlamaForCausalLM.from_pretrained(...)`` instead and check the pruned model's quality before use.
+
+Exit status, as the ``sparsile`` command line's: 0 success, 2 bad arguments, 3 what this machine or
+installation lacks (no GPU, torch or transformers missing).
 """
 
 from __future__ import annotations
@@ -67,12 +70,15 @@ def tokens_per_second(model: Any, prompt: Any, new_tokens: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    import torch
-
+    try:
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError as e:
+        print(f"llama_sparse.py needs torch and transformers: {e}", file=sys.stderr)
+        return 3
     if not torch.cuda.is_available():
         print("llama_sparse.py needs an NVIDIA GPU (sparsile's sparse kernels run on Hopper)", file=sys.stderr)
-        return 2
-    from transformers import LlamaConfig, LlamaForCausalLM
+        return 3
 
     from sparsile.torch import sparsify_, use_gqa_decode_attention
 

@@ -92,7 +92,7 @@ def test_report_arithmetic_and_table():
 def test_elementwise_without_gpu_says_why(capsys):
     if be.requirements_missing() is None:
         pytest.skip("this machine can run the benchmark")
-    assert be.main(["--quick"]) == 2
+    assert be.main(["--quick"]) == 3  # (the CLI's "a feature this installation does not have": no GPU)
     assert "needs an NVIDIA GPU and torch" in capsys.readouterr().err
 
 
@@ -297,7 +297,7 @@ def test_linear_targets_and_table():
 def test_linear_without_gpu_says_why(capsys):
     if bl.requirements_missing() is None:
         pytest.skip("this machine can run the benchmark")
-    assert bl.main(["--quick"]) == 2
+    assert bl.main(["--quick"]) == 3
     assert "bench_linear needs an NVIDIA GPU" in capsys.readouterr().err
 
 
@@ -379,7 +379,7 @@ def test_llama_static_cache_decode_matches_recompute(attention):
 def test_llama_without_gpu_says_why(capsys):
     if bll.requirements_missing() is None:
         pytest.skip("this machine can run the benchmark")
-    assert bll.main(["--layers", "1"]) == 2
+    assert bll.main(["--layers", "1"]) == 3
     assert "bench_llama needs an NVIDIA GPU" in capsys.readouterr().err
 
 
@@ -992,6 +992,20 @@ def test_probe_graph_launch_without_gpu_says_why(monkeypatch, capsys):
     assert "needs torch with a CUDA GPU" in capsys.readouterr().out
 
 
+def test_llama_example_without_gpu_exits_3(capsys):
+    """examples/llama_sparse.py without a GPU: 3, as ``sparsile`` and tune_decode.py say "no GPU" (the CLI's
+    exit statuses: 2 is a usage error, which is what the example said)."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine can run the example")
+    ex = load_example("llama_sparse")
+    assert ex.main(["--layers", "1"]) == 3
+    assert "llama_sparse.py needs an NVIDIA GPU" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        ex.parse_args(["--layers", "0"])
+    assert info.value.code == 2
+
+
 def test_profile_llama_step_arguments_names_and_missing_gpu(capsys):
     pls = load_script("profile_llama_step")
     args = pls.parse_args(["--batches", "16", "--models", "dense", "sparsile"])
@@ -1001,7 +1015,7 @@ def test_profile_llama_step_arguments_names_and_missing_gpu(capsys):
     assert len(pls.short("k" * 200)) == 70 and pls.short("k" * 200).endswith("...")
     if bll.requirements_missing() is None:
         return  # this machine can run it: nothing to say
-    assert pls.main(["--layers", "1"]) == 2
+    assert pls.main(["--layers", "1"]) == 3
     assert "profile_llama_step needs an NVIDIA GPU" in capsys.readouterr().err
 
 
