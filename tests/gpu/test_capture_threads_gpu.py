@@ -28,6 +28,7 @@ import threading
 import numpy as np
 import pytest
 
+from sparsile.tests.gpu.held_capture import WAIT, hold_capture_open
 from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
 
 torch = pytest.importorskip("torch")
@@ -39,24 +40,6 @@ from sparsile.integrations.errors import IntegrationError  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="torch has no CUDA device here")]
-WAIT = 60
-
-
-def _holding_capture(xa: torch.Tensor, began: threading.Event, done: threading.Event, result: dict) -> None:
-    """Thread A: capture ``tanh(xa) * 3 + xa`` in global mode, held open until ``done``; then replay."""
-    try:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            ya = torch.tanh(xa) * 3 + xa
-            began.set()
-            assert done.wait(WAIT), "the other thread did not finish"
-        ya.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        result["ya"] = ya.clone()
-    except BaseException as exc:
-        result["error"] = exc
-        began.set()
 
 
 def _during_capture(work) -> tuple[dict, object]:
@@ -67,7 +50,7 @@ def _during_capture(work) -> tuple[dict, object]:
     torch.tanh(xa) * 3 + xa
     torch.cuda.synchronize()
     began, done, result = threading.Event(), threading.Event(), {}
-    user = threading.Thread(target=_holding_capture, args=(xa, began, done, result))
+    user = threading.Thread(target=hold_capture_open, args=(xa, began, done, result))
     user.start()
     try:
         assert began.wait(WAIT) and "error" not in result, result.get("error")

@@ -18,6 +18,7 @@ import threading
 import pytest
 
 from sparsile.backend.runtime.capture_mode import thread_local_capture_mode
+from sparsile.tests.gpu.held_capture import WAIT, hold_capture_open
 from sparsile.tests.integrations.torch_helpers import check_against_float64, linear, warm_up_on_a_side_stream
 
 torch = pytest.importorskip("torch")
@@ -26,25 +27,6 @@ stream_waits = pytest.importorskip("sparsile.integrations.torch.stream_waits")
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="torch has no CUDA device here")]
-WAIT = 60
-
-
-def _capture_held_open(xa: torch.Tensor, began: threading.Event, done: threading.Event, result: dict) -> None:
-    """Thread B: capture ``tanh(xa) * 3 + xa`` in global mode, held open until ``done``; then replay."""
-    try:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            ya = torch.tanh(xa) * 3 + xa
-            result["stream"] = torch.cuda.current_stream().cuda_stream
-            began.set()
-            assert done.wait(WAIT), "the other thread did not finish"
-        ya.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        result["ya"] = ya.clone()
-    except BaseException as exc:
-        result["error"] = exc
-        began.set()
 
 
 def _side_stream() -> torch.cuda.Stream:
@@ -106,7 +88,7 @@ def test_a_pdl_weight_write_during_another_threads_capture_leaves_it_valid(first
         keeper = torch.empty(1, device="cuda")
     real_device_sync()
     began, done, result = threading.Event(), threading.Event(), {}
-    capturer = threading.Thread(target=_capture_held_open, args=(xa, began, done, result))
+    capturer = threading.Thread(target=hold_capture_open, args=(xa, began, done, result))
     capturer.start()
     try:
         assert began.wait(WAIT) and "error" not in result, result.get("error")
