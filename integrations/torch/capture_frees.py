@@ -13,7 +13,11 @@ callback runs), or when a layer's last call lets go of it. So a capture's record
 :class:`CaptureRecord`, whose finalizer, whatever let go of it, keeps it (in :data:`HELD`) where
 freeing it now would put frees into a capture (:func:`must_wait`), and :func:`drop_held` lets it go
 at the next call of any cache outside a capture (``RecordCache.run``'s full path, not a layer's
-last-call fast path) or the next collect of destroyed graphs, once no such capture is seen.
+last-call fast path, which falls through while any is held), once no such capture is seen. Its
+tensors are freed there and then only because no reference cycle runs through a record: its weak
+reference to its weight calls its cache back through a weak reference (record_cache.py); held in a
+cycle, it would be freed by a later garbage collection, during a capture too (its finalizer runs
+once: a record it held is not held again).
 
 Bound: only records planned in a capture whose last reference went while a capture was under way
 are held, each until the next full-path call outside a capture; a process that never calls again
@@ -49,7 +53,7 @@ class CaptureRecord(LaunchRecord):
         """The last reference went: kept alive in :data:`HELD` where freeing it now would put frees
         into a capture (run at any allocation, on any thread, by the garbage collector too: it never
         raises; where it cannot tell, the record is freed, as before). Called once per record: once
-        :func:`drop_held` lets go of it, it is freed."""
+        :func:`drop_held` lets go of it, it is freed then (nothing else refers to it: module docstring)."""
         try:
             if must_wait(self):
                 HELD[id(self)] = self

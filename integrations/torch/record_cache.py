@@ -48,6 +48,18 @@ def _stepped(params: list[torch.Tensor]) -> AfterStep | None:
     return bump_unless_written([p for p in params if p.grad is not None and storage_key(p) in watched])
 
 
+def _dropped_from(cache: weakref.ref, key: tuple, owner: weakref.ref) -> None:
+    """The callback of a record's weak reference ``owner`` to its weight (stored at ``key`` of the cache
+    ``cache`` refers to): :meth:`RecordCache._dropped`, where the cache lives. The cache is referred to weakly:
+    a strong reference (its bound method) made a cycle of the cache and each of its records, so a cache let go
+    of was freed only by a garbage collection, at any allocation, a capture's under way included; and a capture's
+    record that its finalizer held then (capture_frees.py) kept its cache, and stayed in that cycle after
+    ``drop_held`` let it go, its tensors freed by the next collection, during a capture too."""
+    live = cache()
+    if live is not None:
+        live._dropped(key, owner)
+
+
 def _graphs_own(record: LaunchRecord) -> bool:
     """Whether ``record`` is the capture graph's alone: stored under the capture's id (its scratch),
     or reading copies of the weight that only that graph's replay fills (``unfilled``)."""
@@ -374,7 +386,7 @@ class RecordCache:
             record = (CaptureRecord if in_capture else LaunchRecord)(
                 x, w, scale_x, out_dtype, off_pool, stream, quantize, self.pdl and pdl_wanted(x.device), static)
             record.key = stored = own if record.owns_workspace else key
-            record.owner = weakref.ref(w.values, functools.partial(self._dropped, stored))
+            record.owner = weakref.ref(w.values, functools.partial(_dropped_from, weakref.ref(self), stored))
             records[stored] = record
             _watch_steps(record)
             if record.unfilled:

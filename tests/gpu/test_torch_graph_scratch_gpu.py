@@ -312,3 +312,50 @@ def test_the_driver_calls_the_destroy_callback_only_after_the_destroyed_graph_s_
             break
         time.sleep(0.01)
     assert releases.collect() == ["graph"] and releases.pending() == 0 and not releases.released()
+
+
+@pytest.mark.parametrize("kind", ["e4m3", "bf16 op"])
+def test_a_capture_s_real_record_and_its_cache_are_freed_by_reference_counting(kind):
+    """No reference cycle runs through a real launch record (its plan, prepared and native launches) or a
+    layer's cache: a capture's record, out of its cache's dicts (as the weakref callback of its collected
+    weight takes it out), is freed at once, and so is a cache nothing refers to, with the garbage collector
+    off. What capture_frees.py relies on under cudaMallocAsync: a record its finalizer held is freed by the
+    call that lets it go, not by a later collection that may come during a capture (its tensors'
+    ``cudaFreeAsync`` would be captured into that graph). The CPU side, on fakes: test_torch_graph_life.py."""
+    import gc
+    import weakref
+
+    layer = _layer(kind)
+    call = _call(layer, kind)
+    cache = ops.RECORDS if kind == "bf16 op" else layer.__dict__["_records"]
+    stream = torch.cuda.Stream()
+    x = _x(41)
+    _warm_up(call, x, stream)
+    graph, y = _capture(call, x, stream)
+    y.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    _check(layer, kind, x, y.clone()[None])
+    (record,) = _captured_of(layer, cache)
+    captured = weakref.ref(record)
+    del record, graph, y
+    torch.cuda.synchronize()
+    layer.__dict__["_last"] = None  # (the layer's last call refers to its cache's last record)
+    gc.collect()
+    gc.disable()
+    try:
+        cache.last = None
+        for kept in (cache.records, cache.retired, cache.unfilled):
+            for key in [k for k, r in kept.items() if r is captured()]:
+                kept.pop(key, None)
+        record_freed = captured() is None
+        if kind != "bf16 op":  # (the custom op's cache is the process's)
+            whole = weakref.ref(cache)
+            del cache
+            layer.__dict__.pop("_records")
+            cache_freed = whole() is None
+        else:
+            cache_freed = True
+    finally:
+        gc.enable()
+    assert record_freed and cache_freed, (record_freed, cache_freed)

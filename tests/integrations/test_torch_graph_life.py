@@ -1013,3 +1013,53 @@ def test_a_layer_s_fast_path_takes_the_full_path_while_records_are_held(fake, gr
     assert all(t() is None for t in tensors) and not held
     last = LastCall.of(layer, x, lambda: 9, (4,))
     assert last is not None and last(x) is not None
+
+
+def test_a_cache_and_its_records_die_by_reference_counting_not_by_a_garbage_collection(fake, graphs, monkeypatch):
+    """A record's weak reference to its weight calls the cache back through a weak reference to the cache, not
+    a strong one: a cache (with an eager record and a capture's) that nothing else refers to is freed at once,
+    with its records, and no garbage collection is needed for it (one may come at any allocation, while a
+    capture is under way: a capture's tensors freed then under cudaMallocAsync land in that capture's graph).
+    Before, the callback's bound method made a cycle of the cache and each of its records."""
+    cache, w, _x, captured = _captured_once(fake, monkeypatch)
+    eager, whole = weakref.ref(cache.records[(*KEY, 7)]), weakref.ref(cache)
+    gc.collect()
+    gc.disable()
+    try:
+        del cache
+        assert whole() is None and eager() is None and captured() is None
+    finally:
+        gc.enable()
+    assert w is not None  # (the weight lives on: only the cache went)
+
+
+def test_records_held_through_a_collection_of_their_layer_are_freed_by_the_call_that_lets_them_go(
+        fake, graphs, monkeypatch, other_captures, held):
+    """The layer of a capture's record is collected in a reference cycle, with its cache, during thread B's
+    capture on stream 7 (under cudaMallocAsync: the record is held, capture_frees.py). The first call outside a
+    capture after B's capture ends lets it go: its tensors are freed by that call, not left to a later garbage
+    collection, which may come while another capture is under way on stream 7 (there, their ``cudaFreeAsync``
+    would be captured into that graph, and each replay would free them again). Before, the record, resurrected
+    with its cache (the weakref callback's bound method refers to the cache, which refers to the record), stayed
+    in a cycle after the call let it go, and the next collection freed its tensors, during a capture too."""
+    monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: "cudaMallocAsync")
+    cache, w, x, captured = _captured_once(fake, monkeypatch)
+    ptrs = {t().data_ptr() for t in _capture_s_tensors(captured())}
+    layer: list = [cache, w]
+    layer.append(layer)  # (a cycle: only the garbage collector frees it)
+    del cache, w, layer, captured
+    other_captures.add(7)
+    gc.collect()
+    assert _alive(ptrs) == ptrs and held
+    other_captures.clear()  # B's capture ended
+    gc.disable()  # (no collection but the ones below)
+    try:
+        _side_call(RecordCache(), _weight(), x)  # lets the held record go
+        before = _alive(ptrs)
+        other_captures.add(7)  # B captures again on stream 7
+        gc.collect()  # a collection during that capture (at any allocation)
+        during = before - _alive(ptrs)
+    finally:
+        gc.enable()
+        other_captures.clear()
+    assert not held and not during and not before, (before, during)
