@@ -115,13 +115,20 @@ def _stream_capturing(stream: int) -> bool | None:
 _IS_CAPTURING: Callable[[int], bool | None] = _stream_capturing
 
 
+LEGACY_HANDLES = (0, 1)
+"""The handles of the legacy default stream: 0 (torch's default stream) and ``CU_STREAM_LEGACY``."""
+
+
 def stream_capturing(stream: int) -> bool | None:
-    """Whether ``stream`` (a ``CUstream`` handle, not the legacy default stream: asking it during a
-    capture of a blocking stream is an implicit synchronization) is in a capture now, active or
-    invalidated but not ended (``cuStreamIsCapturing``, legal during any capture); None where the
-    driver gives no answer (no driver library; an invalid handle, as a destroyed stream's). Unlike
+    """Whether ``stream`` (a ``CUstream`` handle) is in a capture now, active or invalidated but not
+    ended (``cuStreamIsCapturing``, legal during any capture); None where the driver gives no answer
+    (no driver library; an invalid handle, as a destroyed stream's). The legacy default stream
+    (:data:`LEGACY_HANDLES`) cannot capture: False, never asked (asking it during a capture of a
+    blocking stream is an implicit synchronization, which invalidates that capture). Unlike
     :func:`captures_under_way` it asks about a stream nobody noted, so the caller must know the
     handle is alive (a stream its launches run on, or whose allocations torch will free on it)."""
+    if stream in LEGACY_HANDLES:
+        return False
     return _IS_CAPTURING(stream)
 
 

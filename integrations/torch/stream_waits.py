@@ -52,12 +52,11 @@ from collections.abc import Callable, Iterable
 import torch
 from cuda.bindings import driver
 
-from ...backend.runtime.capture_mode import stream_capturing, thread_local_capture_mode
+from ...backend.runtime.capture_mode import LEGACY_HANDLES, stream_capturing, thread_local_capture_mode
 from ...backend.runtime.devices import check
 
 LEGACY_STREAM = 0
-"""The legacy default stream's handle (torch's default stream), and CU_STREAM_LEGACY's (1): the same stream."""
-_LEGACY_HANDLES = (0, 1)
+"""The legacy default stream's handle (torch's default stream); CU_STREAM_LEGACY's (1) names the same stream."""
 
 
 def _cuda_stream_synchronize(stream: int, ordinal: int) -> None:
@@ -79,7 +78,7 @@ def wait_for_streams(streams: Iterable[int | None], ordinal: int) -> list[int]:
     ``THREAD_LOCAL`` capture mode; a stream capturing now, or that the driver gives no answer about,
     is skipped (module docstring). The caller has checked that its own current stream is not
     capturing. Returns the handles synchronized, in increasing order (the legacy stream as 0)."""
-    handles = sorted({LEGACY_STREAM if s in _LEGACY_HANDLES else s for s in streams if s is not None})
+    handles = sorted({LEGACY_STREAM if s in LEGACY_HANDLES else s for s in streams if s is not None})
     if not handles:
         return []
     synchronized = []

@@ -354,3 +354,16 @@ def test_stream_capturing_asks_the_driver_about_one_stream(monkeypatch, answer, 
     monkeypatch.setattr(capture_mode, "_capture_streams", {})
     assert capture_mode.stream_capturing(0x83) is capturing and asked == [0x83]
     assert capture_mode._capture_streams == {}
+
+
+@pytest.mark.parametrize("legacy", [0, 1])
+def test_stream_capturing_never_asks_the_driver_about_the_legacy_default_stream(monkeypatch, legacy):
+    """The legacy default stream (handle 0; ``CU_STREAM_LEGACY``, 1, names it too) cannot capture: stream_capturing
+    says False without asking. Asking it while another thread captures on a blocking stream is an implicit
+    synchronization, which invalidates that capture (graph_life.frees_captured asks it of each stream a record
+    ran on, from a finalizer on any thread, and skipped only handle 0). Before, handle 1 was asked."""
+    asked = []
+    monkeypatch.setattr(driver, "cuStreamIsCapturing", lambda stream: asked.append(int(stream)) or (
+        driver.CUresult.CUDA_SUCCESS, driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE))
+    assert capture_mode.stream_capturing(legacy) is False and asked == []
+    assert capture_mode.stream_capturing(2) is False and asked == [2]  # (the per-thread stream can capture)
