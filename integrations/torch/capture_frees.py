@@ -21,8 +21,9 @@ once: a record it held is not held again).
 
 Bound: only records planned in a capture whose last reference went while a capture was under way
 are held, each until the next full-path call outside a capture; a process that never calls again
-keeps them (their memory, no more) until it ends. With torch's native allocator nothing is held (a
-freed block goes back to its pool, as before)."""
+keeps them until it ends: their own memory and their weight's (a record pins the memory of the
+weight it reads: a layer deleted during a capture keeps its weights' memory until such a call).
+With torch's native allocator nothing is held (a freed block goes back to its pool, as before)."""
 
 from __future__ import annotations
 
