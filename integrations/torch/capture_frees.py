@@ -64,8 +64,20 @@ class CaptureRecord(LaunchRecord):
 
 def drop_held() -> int:
     """Let go of the held records that may be freed now (:func:`must_wait` asked again of each);
-    how many stay held."""
-    for key, record in HELD.copy().items():  # (a snapshot: finalizers on other threads add records)
-        if not must_wait(record):
-            HELD.pop(key, None)
+    how many stay held. Each record is taken out of :data:`HELD` before it is looked at and put back
+    where it must wait, so only the thread that looked frees it, right after its look (no copy of
+    HELD keeps it through the looks at the others, nor through another thread's look that finds a
+    capture begun since)."""
+    for key in list(HELD):  # (a snapshot of the keys: finalizers on other threads add records)
+        record = HELD.pop(key, None)
+        if record is None:  # (another thread's drop_held took it)
+            continue
+        try:
+            wait = must_wait(record)
+        except BaseException:  # (kept: a record let go of by an error would be freed whatever captures)
+            HELD[key] = record
+            raise
+        if wait:
+            HELD[key] = record
+        record = None  # (the last reference to one let go of: freed here)
     return len(HELD)
