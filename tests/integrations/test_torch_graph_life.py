@@ -960,9 +960,22 @@ def test_a_weight_collected_during_a_capture_frees_nothing_its_capture_allocated
     assert captured() is None and all(t() is None for t in tensors) and not held
 
 
-def _alive(ptrs: set[int]) -> set[int]:
-    """The data pointers among ``ptrs`` of the tensors the garbage collector tracks now."""
-    return {o.data_ptr() for o in gc.get_objects() if type(o) is torch.Tensor and o.data_ptr() in ptrs}
+def _marked(record) -> set[int]:
+    """Mark each tensor a capture's ``record`` allocated in that capture (an attribute of the tensor object: a
+    tensor allocated later at a freed one's address has none; a weak reference would not do, the garbage
+    collector clears those to a collected cycle even where a finalizer keeps it); the marks."""
+    marks = set()
+    for ref in _capture_s_tensors(record):
+        tensor = ref()
+        tensor.capture_mark = id(tensor)
+        marks.add(id(tensor))
+    return marks
+
+
+def _alive(marks: set[int]) -> set[int]:
+    """The marks among ``marks`` (:func:`_marked`) of the tensors the garbage collector tracks now."""
+    return {o.capture_mark for o in gc.get_objects()
+            if type(o) is torch.Tensor and getattr(o, "capture_mark", None) in marks}
 
 
 def test_a_cache_collected_with_its_layer_during_a_capture_frees_nothing_its_capture_allocated(
@@ -974,18 +987,18 @@ def test_a_cache_collected_with_its_layer_during_a_capture_frees_nothing_its_cap
     ends (another cache's). Before, the collection freed them."""
     monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: "cudaMallocAsync")
     cache, w, x, captured = _captured_once(fake, monkeypatch)
-    ptrs = {t().data_ptr() for t in _capture_s_tensors(captured())}
+    marks = _marked(captured())
     layer: list = [cache, w]
     layer.append(layer)  # (a cycle: only the garbage collector frees it)
     del cache, w, layer, captured
     other_captures.add(7)
     gc.collect()
-    assert _alive(ptrs) == ptrs
+    assert _alive(marks) == marks
     other_captures.clear()
     second, other = RecordCache(), _weight()
     _side_call(second, other, x)
     gc.collect()
-    assert not _alive(ptrs) and not held
+    assert not _alive(marks) and not held
 
 
 def test_a_layer_s_fast_path_takes_the_full_path_while_records_are_held(fake, graphs, monkeypatch, other_captures,
@@ -1044,21 +1057,21 @@ def test_records_held_through_a_collection_of_their_layer_are_freed_by_the_call_
     in a cycle after the call let it go, and the next collection freed its tensors, during a capture too."""
     monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: "cudaMallocAsync")
     cache, w, x, captured = _captured_once(fake, monkeypatch)
-    ptrs = {t().data_ptr() for t in _capture_s_tensors(captured())}
+    marks = _marked(captured())
     layer: list = [cache, w]
     layer.append(layer)  # (a cycle: only the garbage collector frees it)
     del cache, w, layer, captured
     other_captures.add(7)
     gc.collect()
-    assert _alive(ptrs) == ptrs and held
+    assert _alive(marks) == marks and held
     other_captures.clear()  # B's capture ended
     gc.disable()  # (no collection but the ones below)
     try:
         _side_call(RecordCache(), _weight(), x)  # lets the held record go
-        before = _alive(ptrs)
+        before = _alive(marks)
         other_captures.add(7)  # B captures again on stream 7
         gc.collect()  # a collection during that capture (at any allocation)
-        during = before - _alive(ptrs)
+        during = before - _alive(marks)
     finally:
         gc.enable()
         other_captures.clear()
