@@ -491,7 +491,8 @@ a56)  # after a55 (H100: the capture-thread and PDL files 8 passed, 1 skipped): 
         tests/gpu/test_pdl_weight_write_gpu.py tests/gpu/test_capture_threads_gpu.py \
         tests/gpu/test_torch_graph_owners_gpu.py tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_kept_launches_gpu.py \
         tests/gpu/test_torch_warm_up_gpu.py tests/gpu/test_torch_native_gpu.py tests/gpu/test_pdl_gpu.py \
-        tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_training_gpu.py tests/gpu/test_torch_autograd_gpu.py
+        tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_training_gpu.py tests/gpu/test_torch_autograd_gpu.py \
+        tests/gpu/test_torch_graph_scratch_gpu.py
     ;;
 a55)  # a54's leftovers on a short budget: on an H200 issue 12's T <= 16 rows first, then the capture-thread file
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
