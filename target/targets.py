@@ -21,6 +21,7 @@ import dataclasses
 import difflib
 import enum
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..frontend.diagnostics import CompileError, Diagnostic, Severity
@@ -232,13 +233,24 @@ covers): ``target="hopper"`` is SP0601 whose help says ``did you mean `sm_90a`?`
 ``h100`` came close to ``sm_100``, a Blackwell target)."""
 
 
-def _gpu_name_hint(name: str) -> str | None:
-    """``did you mean `sm_90a`? (Hopper: ...) `` for a GPU or architecture name of :data:`GPU_NAMES`."""
+def target_suggestion(name: object, among: Iterable[str] | None = None) -> str:
+    """The start of the help line for an unknown target ``name``: ``did you mean `sm_90a`? (Hopper:
+    H100, H200, GH200) `` for a GPU or architecture name of :data:`GPU_NAMES`, else ``did you mean
+    `sm_100a`? `` for the closest spelling, else "". ``among``: the targets an entry point accepts
+    (default every target); a GPU name whose target is not among them gets no suggestion (by
+    spelling alone ``A100`` came close to ``sm_100a``). Every diagnostic for an unknown target
+    (SP0601 here, ``warm_up``'s SP0923, ``sparse_matmul``'s SP0804) starts its help with this."""
+    if not isinstance(name, str):
+        return ""
+    names = list(TARGETS) if among is None else list(among)
     plain = re.sub(r"[\s_-]", "", name.lower()).removeprefix("nvidia")
-    if plain not in GPU_NAMES:
-        return None
-    target, covers = GPU_NAMES[plain]
-    return f"did you mean `{target}`? ({covers}) "
+    if plain in GPU_NAMES:
+        target, covers = GPU_NAMES[plain]
+        return f"did you mean `{target}`? ({covers}) " if target in names else ""
+    # compared without the `sm_` every key shares (with it, `foo` came close to `sm_121f`)
+    close = difflib.get_close_matches(_normalize(name).removeprefix("sm_"), [t.removeprefix("sm_") for t in names],
+                                      n=1, cutoff=0.6)
+    return f"did you mean `sm_{close[0]}`? " if close else ""
 
 
 def get_target(name: str | Target, span: Span = UNKNOWN_SPAN) -> Target:
@@ -254,11 +266,7 @@ def get_target(name: str | Target, span: Span = UNKNOWN_SPAN) -> Target:
     key = _normalize(name)
     if key in TARGETS:
         return TARGETS[key]
-    # compared without the `sm_` every key shares (with it, `foo` came close to `sm_121f`)
-    close = difflib.get_close_matches(key.removeprefix("sm_"), [t.removeprefix("sm_") for t in TARGETS],
-                                      n=1, cutoff=0.6)
-    help_line = _gpu_name_hint(name) or (f"did you mean `sm_{close[0]}`? " if close else "")
-    help_line += f"known targets: {', '.join(TARGETS)}"
+    help_line = f"{target_suggestion(name)}known targets: {', '.join(TARGETS)}"
     notes: tuple[str, ...] = ()
     if key in ("sm_101a", "sm_101f", "sm_101"):
         notes = ("sm_101a was renamed sm_110a (docs/hardware.md §7)",)

@@ -335,13 +335,14 @@ def warm_up(model: nn.Module, tokens: Any = (1, 16, 512), jobs: int | None = Non
                           "the dtype of the activations the model's layers receive")
     layers = {traced: warmed_layers(model, traced) for traced in modes}
     if target is not None:
-        from ...target.targets import get_target
+        from ...frontend.diagnostics import CompileError
+        from ...target.targets import get_target, target_suggestion
 
         try:
             get_target(target)
-        except Exception:
-            raise _warm_error(f"unknown target {target!r}", "e.g. target=\"sm_90a\" (Hopper) or leave it "
-                              "unset for the layers' GPU") from None
+        except CompileError:
+            hint = target_suggestion(target) or "e.g. target=\"sm_90a\" (Hopper) "
+            raise _warm_error(f"unknown target {target!r}", f"{hint}or leave it unset for the layers' GPU") from None
     start = time.perf_counter()
     by_target: dict[str, list[Launch]] = {}  # each layer's launches, compiled for its own GPU's target
     for traced, warmed in layers.items():

@@ -204,6 +204,22 @@ def test_a_gpu_or_architecture_name_suggests_its_target(name, meant, chip):
     assert diag.help.count("did you mean") == 1
 
 
+@pytest.mark.parametrize(("name", "among", "expected"), [
+    ("hopper", None, "did you mean `sm_90a`? (Hopper: H100, H200, GH200) "),
+    ("hopper", ("sm_90a", "sm_100a"), "did you mean `sm_90a`? (Hopper: H100, H200, GH200) "),
+    ("A100", ("sm_90a", "sm_100a"), ""),  # sm_80 is not among them; by spelling it came close to sm_100a
+    ("sm_100b", ("sm_90a", "sm_100a"), "did you mean `sm_100a`? "),
+    ("foo", None, ""), (90, None, ""),
+])
+def test_target_suggestion_is_the_help_of_every_unknown_target(name, among, expected):
+    """The one function warm_up (SP0923) and sparse_matmul (SP0804) start their help with, as SP0601 does."""
+    assert T.target_suggestion(name, among) == expected
+    if among is None and isinstance(name, str):
+        with pytest.raises(CompileError) as info:
+            T.get_target(name)
+        assert info.value.diagnostics[0].help == f"{expected}known targets: {', '.join(T.TARGETS)}"
+
+
 def test_the_sm_spellings_of_a_gpu_are_its_targets():
     """``sm90``, ``sm_90``, ``sm100`` are targets (the plain ones, not SP0601); where a kernel needs the
     arch-specific features, SP0602 names the `a` target."""

@@ -148,6 +148,28 @@ def test_bad_arguments_are_sp0923(kwargs, message) -> None:
     assert err.value.help
 
 
+@pytest.mark.parametrize(("name", "meant", "chip"), [
+    ("hopper", "sm_90a", "Hopper: H100, H200, GH200"), ("H100", "sm_90a", "Hopper: H100, H200, GH200"),
+    ("blackwell", "sm_100a", "Blackwell: "),
+])
+def test_a_gpu_name_for_target_suggests_its_target(name, meant, chip) -> None:
+    """warm_up(target="hopper") is SP0923 whose help names the target to write, as SP0601 of
+    ``get_target`` does (it said only 'e.g. target="sm_90a" (Hopper)', whatever the name)."""
+    with pytest.raises(IntegrationError) as err:
+        spt.warm_up(_model("bf16"), target=name)
+    assert (err.value.code, err.value.message) == ("SP0923", f"unknown target {name!r}")
+    assert err.value.help.startswith(f"did you mean `{meant}`? ({chip}")
+    assert err.value.help.count("did you mean") == 1
+    assert err.value.help.endswith("or leave it unset for the layers' GPU")
+
+
+def test_a_misspelt_target_suggests_the_closest() -> None:
+    with pytest.raises(IntegrationError) as err:
+        spt.warm_up(_model("bf16"), target="sm_100b")
+    assert (err.value.code, err.value.message) == ("SP0923", "unknown target 'sm_100b'")
+    assert err.value.help.startswith("did you mean `sm_100")
+
+
 def test_a_target_plans_for_that_target() -> None:
     """warm_up(target="sm_100a") on a host without a GPU plans the Blackwell kernels (no decode kernel,
     no gated epilogue there), not Hopper's compiled for another architecture."""
