@@ -232,8 +232,11 @@ def plan_target(target: str | None, interpret: bool) -> str:
     if target is None:
         return (None if interpret else device_target()) or "sm_90a"
     if target != "sm_90a" and target not in BLACKWELL_TARGETS:
+        from ...target.targets import target_suggestion
+
+        hint = target_suggestion(target, ("sm_90a", *BLACKWELL_TARGETS))
         raise bad_input(f"there is no sparse GEMM kernel for target {target!r}",
-                        help=f"use sm_90a (Hopper) or one of {', '.join(BLACKWELL_TARGETS)} (Blackwell)")
+                        help=f"{hint}use sm_90a (Hopper) or one of {', '.join(BLACKWELL_TARGETS)} (Blackwell)")
     return target
 
 

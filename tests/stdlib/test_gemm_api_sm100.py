@@ -18,6 +18,7 @@ from sparsile.stdlib.kernels import (
     SparseMatmul,
     plan_sparse_matmul,
     prune_and_compress,
+    sparse_linear,
     sparse_matmul,
 )
 from sparsile.stdlib.kernels.gemm_sm100 import DEFAULT_SM_COUNT, KERNELS_SM100, SparseMatmulSm100, tcgen05_metadata
@@ -193,6 +194,28 @@ def test_argument_errors_have_codes():
     bad = words.copy()
     bad[1, 0, 5, 2] &= ~np.uint32(0xF)  # nibble 0x0: an index used twice
     assert _code(lambda: run(v, bad, b)) == "SP0807"
+
+
+@pytest.mark.parametrize(("name", "help_start"), [
+    ("hopper", "did you mean `sm_90a`? (Hopper: H100, H200, GH200) "),
+    ("B200", "did you mean `sm_100a`? (Blackwell: "),
+    ("sm_100b", "did you mean `sm_100a`? "),
+    ("SM_90A", "did you mean `sm_90a`? "),
+    ("sm_80", "use sm_90a"),  # a real target without a sparse GEMM kernel: nothing to suggest
+    ("A100", "use sm_90a"),  # sm_80 (by spelling alone it came close to sm_100a)
+])
+@pytest.mark.parametrize("entry", ["sparse_matmul", "sparse_linear"])
+def test_a_gpu_name_for_target_suggests_a_target_with_a_kernel(entry, name, help_start):
+    """sparse_matmul / sparse_linear(target="hopper") is SP0804 whose help names the target to write,
+    as SP0601 of ``get_target`` does (for a GPU name it only listed the targets)."""
+    weight, b = problem("f16", 128, 16, 128, seed=11)
+    fn = sparse_matmul if entry == "sparse_matmul" else sparse_linear
+    with pytest.raises(SparsityError) as e:
+        fn(weight.values, weight.meta, b, interpret=True, target=name)
+    assert (e.value.code, e.value.message) == ("SP0804", f"there is no sparse GEMM kernel for target {name!r}")
+    assert e.value.help.startswith(help_start)
+    assert e.value.help.count("did you mean") == (0 if name in ("sm_80", "A100") else 1)
+    assert e.value.help.endswith("use sm_90a (Hopper) or one of sm_100a, sm_103a, sm_110a (Blackwell)")
 
 
 def test_metadata_for_another_operand_width_is_refused():
