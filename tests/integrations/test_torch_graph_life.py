@@ -978,13 +978,10 @@ def _alive(marks: set[int]) -> set[int]:
             if type(o) is torch.Tensor and getattr(o, "capture_mark", None) in marks}
 
 
-def test_a_cache_collected_with_its_layer_during_a_capture_frees_nothing_its_capture_allocated(
-        fake, graphs, monkeypatch, other_captures, held):
-    """A layer in a reference cycle is collected, with its cache and the weight (no weakref callback runs:
-    the weak references are garbage too), while thread B captures on stream 7, where the cache's record of
-    capture 31 allocated its tensors: under cudaMallocAsync they are not freed by that collection (they would
-    be ``cudaFreeAsync``-ed into B's graph) but held until the next call outside a capture after B's capture
-    ends (another cache's). Before, the collection freed them."""
+def _layer_collected_in_a_cycle_during_capture(fake, monkeypatch, other_captures) -> tuple:
+    """Under cudaMallocAsync, a layer (its cache and weight, in a reference cycle) whose cache planned a record in
+    capture 31 is collected by the garbage collector while thread B captures on stream 7: (x, the marks of
+    that record's tensors)."""
     monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: "cudaMallocAsync")
     cache, w, x, captured = _captured_once(fake, monkeypatch)
     marks = _marked(captured())
@@ -993,6 +990,17 @@ def test_a_cache_collected_with_its_layer_during_a_capture_frees_nothing_its_cap
     del cache, w, layer, captured
     other_captures.add(7)
     gc.collect()
+    return x, marks
+
+
+def test_a_cache_collected_with_its_layer_during_a_capture_frees_nothing_its_capture_allocated(
+        fake, graphs, monkeypatch, other_captures, held):
+    """A layer in a reference cycle is collected, with its cache and the weight (no weakref callback runs:
+    the weak references are garbage too), while thread B captures on stream 7, where the cache's record of
+    capture 31 allocated its tensors: under cudaMallocAsync they are not freed by that collection (they would
+    be ``cudaFreeAsync``-ed into B's graph) but held until the next call outside a capture after B's capture
+    ends (another cache's). Before, the collection freed them."""
+    x, marks = _layer_collected_in_a_cycle_during_capture(fake, monkeypatch, other_captures)
     assert _alive(marks) == marks
     other_captures.clear()
     second, other = RecordCache(), _weight()
@@ -1055,14 +1063,7 @@ def test_records_held_through_a_collection_of_their_layer_are_freed_by_the_call_
     would be captured into that graph, and each replay would free them again). Before, the record, resurrected
     with its cache (the weakref callback's bound method refers to the cache, which refers to the record), stayed
     in a cycle after the call let it go, and the next collection freed its tensors, during a capture too."""
-    monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: "cudaMallocAsync")
-    cache, w, x, captured = _captured_once(fake, monkeypatch)
-    marks = _marked(captured())
-    layer: list = [cache, w]
-    layer.append(layer)  # (a cycle: only the garbage collector frees it)
-    del cache, w, layer, captured
-    other_captures.add(7)
-    gc.collect()
+    x, marks = _layer_collected_in_a_cycle_during_capture(fake, monkeypatch, other_captures)
     assert _alive(marks) == marks and held
     other_captures.clear()  # B's capture ended
     gc.disable()  # (no collection but the ones below)
