@@ -1,4 +1,4 @@
-"""Thread helpers of the GPU tests that hold another thread's CUDA graph capture open
+"""Thread and stream helpers of the GPU tests that hold another thread's CUDA graph capture open
 (test_capture_threads_gpu.py, test_pdl_weight_write_gpu.py)."""
 
 from __future__ import annotations
@@ -30,3 +30,18 @@ def hold_capture_open(xa: Any, began: threading.Event, done: threading.Event, re
     except BaseException as exc:
         result["error"] = exc
         began.set()
+
+
+def side_stream() -> Any:
+    """A torch stream that is not torch.cuda.graph's capture stream: torch hands out its 32 pool streams
+    round-robin (c10/cuda/CUDAStream.h), so a new ``torch.cuda.Stream()`` can be the very stream the
+    other thread captures on (copying and synchronizing there would invalidate that capture: a test
+    would fail by the pool's counter, about one run in 32 of a GPU session)."""
+    import torch
+
+    torch.cuda.graph(torch.cuda.CUDAGraph())  # (makes torch.cuda.graph's shared default capture stream)
+    capture = torch.cuda.graph.default_capture_stream
+    side = torch.cuda.Stream()
+    while side.cuda_stream == capture.cuda_stream:
+        side = torch.cuda.Stream()
+    return side

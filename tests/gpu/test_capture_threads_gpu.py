@@ -28,7 +28,7 @@ import threading
 import numpy as np
 import pytest
 
-from sparsile.tests.gpu.held_capture import WAIT, hold_capture_open
+from sparsile.tests.gpu.held_capture import WAIT, hold_capture_open, side_stream
 from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
 
 torch = pytest.importorskip("torch")
@@ -63,23 +63,10 @@ def _during_capture(work) -> tuple[dict, object]:
     return result, got
 
 
-def _side_stream() -> torch.cuda.Stream:
-    """A torch stream that is not torch.cuda.graph's capture stream: torch hands out its 32 pool streams
-    round-robin (c10/cuda/CUDAStream.h), so a new ``torch.cuda.Stream()`` can be the very stream the
-    other thread captures on (copying and synchronizing there would invalidate that capture: the test
-    would fail by the pool's counter, about one run in 32 of a GPU session)."""
-    torch.cuda.graph(torch.cuda.CUDAGraph())  # (makes torch.cuda.graph's shared default capture stream)
-    capture = torch.cuda.graph.default_capture_stream
-    side = torch.cuda.Stream()
-    while side.cuda_stream == capture.cuda_stream:
-        side = torch.cuda.Stream()
-    return side
-
-
 def test_device_buffer_copies_and_fill_on_another_thread_leave_a_global_capture_valid():
     data = np.random.default_rng(52).standard_normal(1000).astype(np.float32)
     buf = DeviceBuffer.empty((1000,), "f32")
-    side = _side_stream()
+    side = side_stream()
 
     def work():
         buf.fill_byte(0xFF)  # NaN everywhere

@@ -18,7 +18,7 @@ import threading
 import pytest
 
 from sparsile.backend.runtime.capture_mode import thread_local_capture_mode
-from sparsile.tests.gpu.held_capture import WAIT, hold_capture_open
+from sparsile.tests.gpu.held_capture import WAIT, hold_capture_open, side_stream
 from sparsile.tests.integrations.torch_helpers import check_against_float64, linear, warm_up_on_a_side_stream
 
 torch = pytest.importorskip("torch")
@@ -27,17 +27,6 @@ stream_waits = pytest.importorskip("sparsile.integrations.torch.stream_waits")
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="torch has no CUDA device here")]
-
-
-def _side_stream() -> torch.cuda.Stream:
-    """A torch pool stream that is not torch.cuda.graph's shared capture stream (torch hands its pool
-    streams out round-robin: a new one can be the very stream B captures on)."""
-    torch.cuda.graph(torch.cuda.CUDAGraph())  # (makes torch.cuda.graph's shared default capture stream)
-    capture = torch.cuda.graph.default_capture_stream
-    side = torch.cuda.Stream()
-    while side.cuda_stream == capture.cuda_stream:
-        side = torch.cuda.Stream()
-    return side
 
 
 def _records(layer) -> list:
@@ -53,7 +42,7 @@ def test_a_pdl_weight_write_during_another_threads_capture_leaves_it_valid(first
     layer = spt.SparseLinear.from_dense(linear(1024, 2048, seed=53, device="cuda"), "bf16")
     gen = torch.Generator("cuda").manual_seed(53)
     x = torch.randn(4, 2048, device="cuda", generator=gen).to(torch.bfloat16)
-    side = _side_stream()
+    side = side_stream()
     capture_stream = torch.cuda.graph.default_capture_stream.cuda_stream
     if first != "side":
         layer(x)  # torch's default stream (handle 0) first
