@@ -3,6 +3,7 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
+#   bash scripts/gpu_runs.sh a57              # on an H200 issue 12's T <= 16 rows; on an H100 tests-rest
 #   bash scripts/gpu_runs.sh a51 / a51b       # a50 split for 600 s calls: on an H200 issue 12's rows first, then the GPU tests; a51b the CPU torch files
 #   bash scripts/gpu_runs.sh a50              # (not run yet) the fiftieth session's torch fixes after its H100 run, then issue 12's rows on an H200
 #   bash scripts/gpu_runs.sh ab47             # (not run yet) the constant-offset address form (2ce3920) on the GPU: both program fuzzers,
@@ -480,6 +481,18 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
     run 340 python benchmarks/bench_llama.py --layers 32 --modes graph \
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
+    ;;
+a57)  # one call that fits either card: on an H200 issue 12's T <= 16 rows (the acceptance), on an H100 the GPU tests
+     # outside the torch and JAX files (tests-rest; last run in the forty-fourth session)
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        run 300 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+            --passes 3 --json "$out/linear-passes-57.json"
+        run 200 python -m pytest -q -m gpu -n 8 --timeout 150 -rfEs tests/gpu/test_torch_graph_scratch_gpu.py \
+            tests/gpu/test_capture_threads_gpu.py tests/gpu/test_pdl_weight_write_gpu.py
+    else
+        run 560 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests \
+            --deselect tests/gpu/test_jax_gpu.py $(for f in tests/gpu/test_torch_*.py; do echo --deselect "$f"; done)
+    fi
     ;;
 a56)  # after a55 (H100: the capture-thread and PDL files 8 passed, 1 skipped): on an H200 issue 12's T <= 16 rows first
      # (the acceptance), then a54's list (the torch layer files that run capture and PDL records)
