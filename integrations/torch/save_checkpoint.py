@@ -156,13 +156,13 @@ def save_sparse24_checkpoint(model: nn.Module, path: str | Path, *, config: dict
         layout = bitmask_layout if layer.transposed_from is None else conv1d_bitmask_layout
         compressed, bitmask, shape = layout(values, indices, layer.in_features, name)
         if layer.weight_dtype == "e4m3":
-            tensors[f"{name}.weight_scale"] = as_host_array(layer.scale_w.detach(), "scale_w").reshape(-1, 1)
+            tensors[_key(name, "weight_scale")] = as_host_array(layer.scale_w.detach(), "scale_w").reshape(-1, 1)
             if name in static:  # (compressed-tensors' static per-tensor input scale, (1,))
-                tensors[f"{name}.input_scale"] = as_host_array(layer.input_scale.detach(), "input_scale").reshape(1)
+                tensors[_key(name, "input_scale")] = as_host_array(layer.input_scale.detach(), "input_scale").reshape(1)
         tensors.update({f"{prefix}.compressed": compressed, f"{prefix}.bitmask": bitmask,
                         f"{prefix}.shape": shape.reshape(-1, 1)})
         if layer.bias is not None:
-            tensors[f"{name}.bias"] = as_host_array(layer.bias.detach(), "bias")
+            tensors[_key(name, "bias")] = as_host_array(layer.bias.detach(), "bias")
     save_file(tensors, path / WEIGHTS, metadata={"format": "pt"})
     (path / CONFIG).write_text(json.dumps(base, indent=2, sort_keys=True, default=str))
     return path
@@ -185,6 +185,13 @@ def _without_schemes(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     quant = {k: v for k, v in quant.items() if k not in (*STALE_SCHEME, "sparsity_config", "quantization_config")} \
         if isinstance(quant, dict) else {}
     return base, quant
+
+
+def _key(name: str, part: str) -> str:
+    """The state-dict key of tensor ``part`` of layer ``name``: ``<name>.<part>``, or ``part`` for the
+    root module (name ""), as the layer's own ``state_dict()`` and compressed-tensors name a root
+    module's tensors (before: ``.bias``, which no reader maps to the layer)."""
+    return f"{name}.{part}" if name else part
 
 
 def _in_layers(key: str, layers: dict[str, SparseLinear]) -> bool:
