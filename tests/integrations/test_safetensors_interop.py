@@ -25,8 +25,8 @@ from sparsile.integrations import safetensors as sft
 torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
 reference = pytest.importorskip("safetensors")
-from safetensors.torch import load_file as reference_load  # noqa: E402
-from safetensors.torch import save_file as reference_save  # noqa: E402
+reference_torch = pytest.importorskip("safetensors.torch")
+reference_load, reference_save = reference_torch.load_file, reference_torch.save_file
 
 SETTINGS = settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                             HealthCheck.too_slow])
