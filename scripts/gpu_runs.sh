@@ -1523,7 +1523,15 @@ tests-all)  # the whole GPU suite (~990 tests): 520 s did not finish it on an H1
 tests-torch)  # the torch and JAX GPU files (~390 tests; about 150 s at -n 8)
     run 400 python -m pytest -q -m gpu -n 12 --timeout 150 -rfE tests/gpu/test_torch_*.py tests/gpu/test_jax_gpu.py
     ;;
-tests-rest)  # every other GPU test (~600 tests)
+tests-rest-a)  # tests-rest in two calls (a57: 560 s ran 1067 of its ~1130 tests on an H100): the files under tests/gpu
+    run 560 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE --junitxml="$out/junit-rest-a.xml" tests/gpu \
+        --deselect tests/gpu/test_jax_gpu.py $(for f in tests/gpu/test_torch_*.py; do echo --deselect "$f"; done)
+    ;;
+tests-rest-b)  # the other half: GPU tests under tests/stdlib, tests/backend, tests/frontend and the top level
+    run 560 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE --junitxml="$out/junit-rest-b.xml" \
+        tests/stdlib tests/backend tests/frontend tests/test_demo.py tests/test_sweep_tuned.py
+    ;;
+tests-rest)  # every other GPU test (~1130 tests: no longer fits one call; tests-rest-a and -b do)
     run 540 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE tests \
         --deselect tests/gpu/test_jax_gpu.py $(for f in tests/gpu/test_torch_*.py; do echo --deselect "$f"; done)
     ;;
