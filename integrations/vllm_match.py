@@ -4,17 +4,25 @@ A checkpoint means what compressed-tensors (its producer's library) makes of it:
 :func:`~sparsile.integrations.sparse24.scheme_group` picks a layer's config group, and a layer is
 sparse where the file holds its ``compressed`` tensors. vLLM reads the same config.json with rules of
 its own (docs/torch.md, "Which config group applies to a layer"), written again here from their
-description to tell the two apart:
+description to tell the two apart. They are those of vLLM main from PR #28878 (merged November 2025:
+the ``ignore`` check moved into ``get_scheme_dict``) up to PR #36799 (merged March 2026), which removed
+vLLM's 2:4 scheme (vLLM 0.19.1 and later serve no 2:4 checkpoint, and later vLLM refuses any
+``sparsity_config`` with targets when it reads the config); later changes to vLLM's matching (a layer
+no target names left unquantized, PR #41965; fused members tried before the class, PR #49483) are
+changes of a vLLM that no longer reads these checkpoints, and are not followed here:
 
 * the targets of ``config_groups`` in the config's order (a target listed twice keeps its first place
-  and takes the last group's scheme): the first whose name or ``re:`` pattern (``re.match``) names
-  the layer, else the first contained, case-insensitively, in vLLM's class name (taken here as
-  ``Linear``, the end of every vLLM linear class: ``Linear`` matches, ``Module`` and subclass
-  names do not), else, for a fused layer, the target of its first member where every member is
-  named by one; no target at all: vLLM stops;
+  and takes the last group's scheme), tried in three steps, each giving the first target that fits:
+  one whose name or ``re:`` pattern (``re.match``) names the layer, else one contained,
+  case-insensitively, in vLLM's class name (taken here as ``Linear``, the end of every vLLM linear
+  class: ``Linear`` matches, ``Module`` and subclass names do not), else, for a fused layer, the target
+  of its first member where every member is named by one; a step whose target is the empty string
+  ``""`` (contained in every class name) gives nothing, as vLLM chains the steps with ``or``, and the
+  next step is tried; no target at all: vLLM stops;
 * fused layers: q/k/v are one ``qkv_proj``, gate/up one ``gate_up_proj``; one scheme for all members;
-* ``ignore``: names and patterns only (no class names); a fused layer whose members disagree: vLLM
-  stops;
+* ``ignore``: names and patterns only (no class names); an ignored layer is not quantized, and is
+  still 2:4 sparse where the ``sparsity_config`` names it (the check is in ``get_scheme_dict``, the
+  quantization's, since PR #28878); a fused layer whose members disagree: vLLM stops;
 * ``lm_head`` is an embedding class in vLLM: dense and not quantized there (:data:`NOT_LINEAR`);
 * ``sparsity_config``: its ``targets`` less the strings its ``ignore`` lists (a string difference:
   an ``ignore`` entry that is not itself one of the targets takes nothing away), matched as above;
@@ -107,13 +115,13 @@ def _in_class(target: str) -> bool:
 
 
 def _target(name: str, members: tuple[str, ...], targets: list[str]) -> str | None:
-    """The target vLLM picks for layer ``name`` (fused of ``members``, or none) among ``targets``."""
-    found = (next((t for t in targets if target_names_module(t, name)), None)
-             or next((t for t in targets if _in_class(t)), None))
-    if found is None and members:
-        each = [next((t for t in targets if target_names_module(t, m)), None) for m in members]
-        found = each[0] if all(each) else None
-    return found
+    """The target vLLM picks for layer ``name`` (fused of ``members``, or none) among ``targets``: the
+    first step (name, class, members) whose first fitting target is not ``""``, else None."""
+    by_name = next((t for t in targets if target_names_module(t, name)), None)
+    by_class = next((t for t in targets if _in_class(t)), None)
+    each = [next((t for t in targets if target_names_module(t, m)), None) for m in members]
+    by_members = each[0] if each and all(each) else None
+    return by_name or by_class or by_members or None
 
 
 def vllm_view(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -152,15 +160,13 @@ def vllm_meaning(config: Mapping[str, Any], name: str, members: tuple[str, ...] 
     ignored = _ignored(name, members, _strings(quant.get("ignore")))
     if ignored is None:
         return f"its members {', '.join(members)} are not all in ignore or all out of it"
-    if ignored:
-        return Meaning(False, None)
     groups = quant.get("config_groups") if isinstance(quant.get("config_groups"), dict) else {}
     schemes: dict[str, tuple[Any, Any] | None] = {}
     for group in groups.values():
         for target in _strings(group.get("targets") if isinstance(group, dict) else None):
             schemes[target] = _scheme(group)
     scheme = None
-    if schemes:
+    if schemes and not ignored:  # (an ignored layer is not quantized; its sparsity is read below)
         found = _target(name, members, list(schemes))
         if found is None:
             return "no target of config_groups names it"
@@ -224,11 +230,12 @@ def warn_vllm_matching(config: Mapping[str, Any], layers: Mapping[str, tuple[tup
     warnings.warn(
         f"{head} otherwise for {len(told)} layer{'s' if len(told) != 1 else ''}: {'; '.join(told[:SHOWN])}{more}. vLLM "
         "takes the first target in the config's order, class names by substring, q/k/v and gate/up as one layer, "
-        "ignore by names and patterns only, and the sparsity_config's ignore as strings taken off its targets "
+        "ignore by names and patterns only (an ignored layer still 2:4 where the sparsity_config names it), and "
+        "the sparsity_config's ignore as strings taken off its targets "
         f"(docs/torch.md, 'Which config group applies to a layer'); {_FOR_VLLM[saving]}", VLLMMatchWarning,
         stacklevel=stacklevel)
 
 
 _FOR_VLLM = {False: "for vLLM, give such layers targets both read alike (exact names)",
-             True: "for vLLM, sparsify every layer in one type and give each q/k/v and gate/up one input scheme (all "
+             True: "for vLLM, give the members of each q/k/v and gate/up one type and one input scheme (all "
                    "static or all per token)"}

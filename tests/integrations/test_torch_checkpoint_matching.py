@@ -251,6 +251,72 @@ def test_a_class_name_in_ignore_is_no_ignore_entry_in_vllm():
     assert vllm_meaning(config, "proj") == Meaning(True, (("float", 8, "channel", False), ("float", 8, "token", True)))
 
 
+def test_an_ignored_layer_is_still_sparse_where_the_sparsity_config_names_it_in_vllm():
+    """vLLM checks ``ignore`` for the quantization only (``get_scheme_dict``, since vLLM PR #28878): a
+    layer in ``ignore`` that the sparsity_config names is a 2:4 layer, not quantized. The model read
+    it dense."""
+    from sparsile.integrations.vllm_match import Meaning, vllm_meaning
+
+    config = {"quantization_config": {"config_groups": {"group_0": _group(["Linear"], DYNAMIC)}, "ignore": ["proj"],
+                                      "sparsity_config": {**SPARSE, "targets": ["proj", "other"]}}}
+    assert vllm_meaning(config, "proj") == Meaning(True, None)
+    assert vllm_meaning(config, "other") == Meaning(True, (("float", 8, "channel", False), ("float", 8, "token", True)))
+    # (not named by the sparsity_config: ignored, dense and not quantized, as before)
+    assert vllm_meaning({"quantization_config": {**config["quantization_config"], "sparsity_config": SPARSE | {
+        "targets": ["other"]}}}, "proj") == Meaning(False, None)
+
+
+def test_the_writer_of_fp8_and_16_bit_sparse_layers_gives_no_warning(tmp_path):
+    """fp8 attention, bf16 MLP: the writer ignores the bf16 layers (not fp8) and names all seven in the
+    sparsity_config; vLLM reads the bf16 ones as 2:4, not quantized, as compressed-tensors does. It
+    warned that vLLM read them dense."""
+    model = _Block()
+    spt.sparsify_(model, lambda m, fqn: "self_attn" in fqn, dtype="e4m3", interpret=True, min_features=16)
+    spt.sparsify_(model, lambda m, fqn: "mlp" in fqn, dtype="bf16", interpret=True, min_features=16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", spt.VLLMMatchWarning)
+        spt.save_sparse24_checkpoint(model, tmp_path)
+        quant = json.loads((tmp_path / "config.json").read_text())["quantization_config"]
+        assert quant["ignore"] == [_name(p) for p in ("down_proj", "gate_proj", "up_proj")]
+        assert len(spt.load_sparse24_checkpoint(_Block(), tmp_path).sparse) == 7
+
+
+def test_an_ignored_layer_the_sparsity_config_names_and_the_file_holds_dense_is_told(tmp_path):
+    """llm-compressor's fp8 with the MLP's down_proj ignored (bf16) and left dense, the sparsity_config
+    targeting ``Linear``: dense here; vLLM reads it as 2:4 (not quantized) and finds no compressed
+    tensors. The model read it dense in vLLM too and said nothing."""
+    _block_checkpoint(tmp_path, {"config_groups": {"group_0": _group(["Linear"], DYNAMIC)},
+                                 "ignore": [_name("down_proj")], "sparsity_config": SPARSE}, dense=("down_proj",))
+    (told,), report = _load_warned(_Block(), tmp_path)
+    assert _name("down_proj") not in report.sparse and len(report.sparse) == 6
+    assert ("for 1 layer: layers.0.mlp.down_proj: compressed-tensors reads dense, not quantized; vLLM reads 2:4 "
+            "sparse, not quantized.") in told
+
+
+@pytest.mark.parametrize("targets", [["", "Linear"], [""]])
+def test_an_empty_target_matches_nothing_in_vllm(targets):
+    """``""`` (the root module's name, which the writer gives a root layer) is contained in every class
+    name; vLLM's steps (name, class, fused members) are chained with ``or``, so a step whose first
+    fitting target is ``""`` gives nothing, and a later ``Linear`` of the same step is not tried. The
+    model took ``""`` as the layer's target."""
+    from sparsile.integrations.vllm_match import Meaning, ct_meaning, vllm_meaning
+
+    quant = {"config_groups": {"group_0": _group(targets, STATIC)}}
+    assert vllm_meaning({"quantization_config": quant}, "proj") == "no target of config_groups names it"
+    static = (("float", 8, "channel", False), ("float", 8, "tensor", False))
+    assert ct_meaning({"quantization_config": quant}, "proj", ("Linear", "Module"), False) == \
+        Meaning(False, static if "Linear" in targets else None)
+    sparse = {"quantization_config": {"sparsity_config": {**SPARSE, "targets": targets}}}
+    assert vllm_meaning(sparse, "proj") == Meaning(False, None)
+    assert vllm_meaning(sparse, "") == Meaning(False, None)  # (the root layer: its name is "" too)
+    # (a name or a later step still decides: "proj" by name, q/k/v by their members)
+    assert vllm_meaning({"quantization_config": {"sparsity_config": {**SPARSE, "targets": ["", "proj"]}}},
+                        "proj") == Meaning(True, None)
+    members = tuple(_name(p) for p in ("q_proj", "k_proj", "v_proj"))
+    assert vllm_meaning({"quantization_config": {"sparsity_config": {**SPARSE, "targets": ["", *members]}}},
+                        "layers.0.self_attn.qkv_proj", members) == Meaning(True, None)
+
+
 @pytest.mark.parametrize("target", ["layers.0.mlp", "re:layers\\.0\\.mlp$"])
 def test_a_target_naming_a_parent_module_names_none_of_its_linears_in_either(target):
     """compressed-tensors gives the parent the scheme, not its children; vLLM's names are the linears'."""
