@@ -58,6 +58,11 @@ THREAD_LOCAL = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
 _CAPTURE_NONE = driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 _capture_streams: dict[int, int] = {}
 """Stream handles known to have captured (:func:`note_capture_stream`) -> their device ordinal."""
+LEGACY_HANDLES = (0, 1)
+"""The handles of the legacy default stream: 0 (torch's default stream) and ``CU_STREAM_LEGACY``."""
+PER_THREAD_HANDLE = 2
+"""``CU_STREAM_PER_THREAD``: the calling thread's per-thread default stream, a different stream on each
+thread that names it (integrations/torch/noted_streams.py)."""
 _available = True
 """False once the driver library turned out to be absent (no driver: there is no capture to spare)."""
 
@@ -95,9 +100,13 @@ def note_capture_stream(stream: int, ordinal: int) -> None:
     """Remember ``stream`` (a ``CUstream`` handle of device ``ordinal``), on which a capture was
     seen, for :func:`captures_under_way`. Only a stream that lives as long as the process may be
     noted (torch's pool and default-capture streams: torch never destroys them): the driver is
-    asked about it later, and a destroyed stream's handle must not be. The legacy stream is not
-    noted (asking it during another capture is an implicit synchronization)."""
-    if stream and stream not in _capture_streams:
+    asked about it later, and a destroyed stream's handle must not be. The legacy stream (either
+    of :data:`LEGACY_HANDLES`) is not noted (asking it during another capture is an implicit
+    synchronization), nor the per-thread default stream (:data:`PER_THREAD_HANDLE`: asked on
+    another thread, it names that thread's stream, not the one seen capturing)."""
+    if stream in LEGACY_HANDLES or stream == PER_THREAD_HANDLE:
+        return
+    if stream not in _capture_streams:
         _capture_streams[stream] = ordinal
 
 
@@ -115,10 +124,6 @@ def _stream_capturing(stream: int) -> bool | None:
 _IS_CAPTURING: Callable[[int], bool | None] = _stream_capturing
 
 
-LEGACY_HANDLES = (0, 1)
-"""The handles of the legacy default stream: 0 (torch's default stream) and ``CU_STREAM_LEGACY``."""
-
-
 def stream_capturing(stream: int) -> bool | None:
     """Whether ``stream`` (a ``CUstream`` handle) is in a capture now, active or invalidated but not
     ended (``cuStreamIsCapturing``, legal during any capture); None where the driver gives no answer
@@ -126,7 +131,9 @@ def stream_capturing(stream: int) -> bool | None:
     (:data:`LEGACY_HANDLES`) cannot capture: False, never asked (asking it during a capture of a
     blocking stream is an implicit synchronization, which invalidates that capture). Unlike
     :func:`captures_under_way` it asks about a stream nobody noted, so the caller must know the
-    handle is alive (a stream its launches run on, or whose allocations torch will free on it)."""
+    handle is alive (a stream its launches run on, or whose allocations torch will free on it).
+    The per-thread default stream (:data:`PER_THREAD_HANDLE`) is asked as it is: the calling
+    thread's, which is the one a free of torch's on that handle from this thread goes to."""
     if stream in LEGACY_HANDLES:
         return False
     return _IS_CAPTURING(stream)

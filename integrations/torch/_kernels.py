@@ -38,6 +38,7 @@ from ...stdlib.kernels.linear_args import GATED_ACTIVATIONS
 from ...stdlib.sparsity.errors import SparsityError
 from .graph_pools import outside_graph_pools, planned_buffers, used_on
 from .native import native_launch, report_failure
+from .noted_streams import lasting
 from .quantize import quantize_per_token, quantize_with_scale
 from .stream_waits import wait_for_streams
 from .weight import Weight, same_bytes, same_memory, storage_key, tracked_tensors, weight_versions
@@ -271,6 +272,10 @@ class LaunchRecord:
                                 stream, capturing())
         else:
             self._plan(api, x, y, w, scale_x, out_dtype, kept)
+        # the streams it launched on (their handles), and those of them somebody else owns, which may be
+        # destroyed once a call returns: never named to the driver from here (noted_streams.py)
+        self.foreign: set[int | None] = set() if lasting(stream, x.device.index or 0) else {stream}
+        self.waited: frozenset[int | None] = frozenset()  # with PDL: the streams the last write's wait named
         self.kept, self.streams = kept, {stream}
         if self.prepared is not None:
             self.plan = None  # it holds the first call's x and y; the prepared launches take them per call
@@ -458,11 +463,39 @@ class LaunchRecord:
         launched on), since the kernel reads the weight before it waits for the kernel before it. One
         ``cuStreamSynchronize`` per stream in thread-local capture mode, never a device-wide
         synchronize (another thread's CUDA graph capture stays valid); nothing while this thread's
-        current stream captures, and a stream capturing now is skipped (stream_waits.py)."""
+        current stream captures, and a stream capturing now is skipped (stream_waits.py).
+
+        A stream somebody else owns (``foreign``: its owner may have destroyed it since) is named
+        only where it is the current stream; any other is forgotten instead (taken out of
+        ``streams``), so that the record's next launch there, with that stream current and alive,
+        is a first launch on it, which waits for it (:meth:`_launches_on`)."""
         if self.pdl and not capturing():
             device = self.weight.values.device
-            wait_for_streams((_current_stream(device), *self.streams), device.index or 0)
+            current = _current_stream(device)
+            foreign = self.foreign  # (a stream is put there before it is put into streams: a snapshot of
+            streams = tuple(self.streams)  # streams finds each foreign one of it there)
+            self.streams.difference_update([s for s in streams if s in foreign and s != current])
+            named = (current, *(s for s in streams if s not in foreign))
+            wait_for_streams(named, device.index or 0)
+            self.waited = frozenset(named)
         self.versions = versions
+
+    def _launches_on(self, stream: int, in_capture: bool) -> None:
+        """The first launch on ``stream`` since the record was built or forgot it (:meth:`weight_written`):
+        noted (and whether somebody else owns it), its buffers marked used there (``used_on``); with
+        PDL, outside a capture, the writes queued there so far waited for, unless the last write's
+        wait named it (``waited``): a write to the weight queued there before, whose version change
+        an earlier call on another stream saw and waited for without naming this stream."""
+        ordinal = self.weight.values.device.index or 0
+        if lasting(stream, ordinal):
+            self.foreign.discard(stream)
+        else:
+            self.foreign.add(stream)
+        self.streams.add(stream)
+        used_on(self.kept, stream)
+        if self.pdl and not in_capture and stream not in self.waited:
+            wait_for_streams((stream,), ordinal)
+            self.waited = self.waited | {stream}
 
     @staticmethod
     def _prepare(launches: list[Any], x: torch.Tensor | None, y: torch.Tensor, scale_x: torch.Tensor | None
@@ -503,16 +536,15 @@ class LaunchRecord:
                  in_capture: bool | None = None) -> torch.Tensor:
         """y for x (and a per-call scale_x) on ``stream``; ``in_capture``: :func:`capturing`, where
         the caller asked it already (None: asked here)."""
+        if in_capture is None:
+            in_capture = capturing()
         if stream not in self.streams:  # a record without a workspace serves every stream
-            self.streams.add(stream)
-            used_on(self.kept, stream)
+            self._launches_on(stream, in_capture)
         first, self.first = self.first, None
         if first is not None and first[0] is x:
             y = first[1]
         else:
             y = torch.empty_like(self.y_like, memory_format=torch.contiguous_format)
-        if in_capture is None:
-            in_capture = capturing()
         if in_capture:
             self.captured = True  # a graph holds this record's workspace addresses now
         if self.prepared is not None:

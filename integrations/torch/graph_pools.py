@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from .noted_streams import LEGACY_STREAM, waited_as
+
 _SIDE_STREAMS: dict[int, Any] = {}
 
 
@@ -52,9 +54,23 @@ def outside_graph_pools(device: torch.device, build: Callable[[], Any], stream: 
     current.wait_stream(side)
     if failure:
         raise failure[0]
-    for t in kept:
-        if isinstance(t, torch.Tensor) and t.is_cuda:
-            t.record_stream(current)
+    marked = [t for t in kept if isinstance(t, torch.Tensor) and t.is_cuda]
+    if marked:  # (the per-thread default stream's marks go to the legacy stream: usage_stream)
+        per_thread = waited_as(current.cuda_stream) == LEGACY_STREAM
+        used = torch.cuda.default_stream(current.device) if per_thread else current
+        for t in marked:
+            t.record_stream(used)
+
+
+def usage_stream(stream: int, device: torch.device) -> torch.cuda.Stream:
+    """The torch stream to mark a record's buffers used by launches on ``stream`` (an int handle) with
+    (``record_stream``): torch's allocator records an event on it when they are freed, on whichever
+    thread frees them. The legacy default stream (torch's default) for the legacy handles and for the
+    per-thread default stream (2): on the freeing thread that handle would name that thread's stream,
+    and the legacy stream waits for every per-thread one (a blocking stream; noted_streams.py)."""
+    if waited_as(stream) == LEGACY_STREAM:
+        return torch.cuda.default_stream(device)
+    return torch.cuda.ExternalStream(stream, device=device)
 
 
 def used_on(tensors: list[Any], stream: int) -> None:
@@ -63,9 +79,8 @@ def used_on(tensors: list[Any], stream: int) -> None:
     is dropped, before the work queued there has run (``record_stream``; the stream a buffer was
     allocated on is covered already)."""
     for t in tensors:
-        if isinstance(t, torch.Tensor) and t.is_cuda:  # handle 0: the legacy default stream, torch's default
-            t.record_stream(torch.cuda.ExternalStream(stream, device=t.device) if stream
-                            else torch.cuda.default_stream(t.device))
+        if isinstance(t, torch.Tensor) and t.is_cuda:
+            t.record_stream(usage_stream(stream, t.device))
 
 
 def planned_buffers(prepared: list[Any] | None, eager: list[Any] | None, launches: list[Any],

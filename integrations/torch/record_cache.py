@@ -204,6 +204,9 @@ class RecordCache:
                 record.weight_written(versions)
             elif record.captured:
                 stale += 1
+        last = self.last
+        if last is not None and last[1] not in last[0].streams:  # (a PDL record forgot a stream somebody else owns:
+            self.last = None  # a layer's last call there takes the full path, whose first launch there waits for it)
         return stale
 
     def _revived(self, key: tuple, own: tuple, w: Weight) -> tuple[LaunchRecord | None, tuple]:

@@ -31,14 +31,20 @@ invalidated by them. Skipped:
   begun by other means (``CUDAGraph.capture_begin`` or ``cuStreamBeginCapture`` directly) right after
   a write queued on its stream leaves that write unwaited-for where the record's next launch on that
   stream follows the capture's end with no kernel between.
-* a stream the driver gives no answer about (an invalid handle: a destroyed stream's): nothing is
-  launched on it any more, and what it still runs reaches other streams only through event waits.
+* a stream the driver gives no answer about: nothing is launched on it any more, and what it still
+  runs reaches other streams only through event waits. (A destroyed stream's handle is never given:
+  the caller names a stream somebody else owns only while it is the calling thread's current one,
+  noted_streams.py; ``LaunchRecord.weight_written`` forgets the others and waits for each at the
+  record's next launch there.)
 
 The legacy default stream (handle 0, torch's default stream; ``CU_STREAM_LEGACY``, 1, names it too)
 cannot capture and is never asked (asking it during a capture of a blocking stream is an implicit
 synchronization): it is synchronized with its device current. It waits for every *blocking* stream of
 the context too, so a capture on a blocking stream refuses it; torch's streams, its capture streams
-included, are non-blocking.
+included, are non-blocking. The per-thread default stream (``CU_STREAM_PER_THREAD``, 2) is waited for
+as the legacy stream too, never asked nor synchronized by its own handle: on the calling thread that
+handle names the calling thread's per-thread stream, not the one a launch on another thread used, and
+every per-thread stream is a blocking one, which the legacy stream waits for (noted_streams.py).
 
 A capture that begins on a stream between the question and the synchronize (another thread, a
 window of microseconds) is invalidated, as any synchronize of a capturing stream; the synchronize
@@ -52,11 +58,9 @@ from collections.abc import Callable, Iterable
 import torch
 from cuda.bindings import driver
 
-from ...backend.runtime.capture_mode import LEGACY_HANDLES, stream_capturing, thread_local_capture_mode
+from ...backend.runtime.capture_mode import stream_capturing, thread_local_capture_mode
 from ...backend.runtime.devices import check
-
-LEGACY_STREAM = 0
-"""The legacy default stream's handle (torch's default stream); CU_STREAM_LEGACY's (1) names the same stream."""
+from .noted_streams import LEGACY_STREAM, waited_as
 
 
 def _cuda_stream_synchronize(stream: int, ordinal: int) -> None:
@@ -77,8 +81,10 @@ def wait_for_streams(streams: Iterable[int | None], ordinal: int) -> list[int]:
     ``ordinal``, repeats and None, off CUDA, allowed) is complete, each stream synchronized once, in
     ``THREAD_LOCAL`` capture mode; a stream capturing now, or that the driver gives no answer about,
     is skipped (module docstring). The caller has checked that its own current stream is not
-    capturing. Returns the handles synchronized, in increasing order (the legacy stream as 0)."""
-    handles = sorted({LEGACY_STREAM if s in LEGACY_HANDLES else s for s in streams if s is not None})
+    capturing, and names only streams alive now (noted_streams.lasting, or its current stream).
+    Returns the handles synchronized, in increasing order (the legacy stream as 0, standing for the
+    per-thread default stream too)."""
+    handles = sorted({waited_as(s) for s in streams if s is not None})
     if not handles:
         return []
     synchronized = []

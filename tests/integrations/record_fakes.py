@@ -17,7 +17,7 @@ from sparsile.backend.runtime import capture_mode  # noqa: E402
 from sparsile.backend.runtime import native_launch as nl  # noqa: E402
 from sparsile.backend.runtime.cudalib import LaunchConfig  # noqa: E402
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
-from sparsile.integrations.torch import graph_launch, graph_life, native, stream_waits  # noqa: E402
+from sparsile.integrations.torch import graph_launch, graph_life, native, noted_streams, stream_waits  # noqa: E402
 
 _LAUNCH = c.CFUNCTYPE(c.c_int, c.c_void_p, *[c.c_uint] * 7, c.c_void_p, c.c_void_p, c.c_void_p)
 _LAUNCH_EX = c.CFUNCTYPE(c.c_int, c.POINTER(LaunchConfig), c.c_void_p, c.c_void_p, c.c_void_p)
@@ -45,6 +45,9 @@ class FakeDriver:
         self.capture_id = 1  # the id of the capture a stream records while kernels._IS_CAPTURING says so
         self.stream_syncs: list[tuple[int, int]] = []  # (stream, ordinal) of each stream synchronize (stream_waits)
         self.capturing_streams: dict[int, bool | None] = {}  # what stream_waits hears of a stream: capturing, unknown
+        # streams somebody else owns (an ExternalStream of a cuda-python or CuPy stream: noted_streams.lasting
+        # says no); every other fake stream stands for one torch created (lasting)
+        self.foreign_streams: set[int] = set()
 
         def params(address: int) -> list[bytes]:
             ptrs = (c.c_void_p * len(self.sizes)).from_address(address)
@@ -155,6 +158,7 @@ def fake(monkeypatch) -> Iterator[FakeDriver]:
         (stream, ordinal)))
     monkeypatch.setattr(stream_waits, "_CAPTURING", lambda stream: driver.capturing_streams.get(stream, False))
     monkeypatch.setattr(capture_mode, "_IS_CAPTURING", lambda stream: False)
+    monkeypatch.setattr(noted_streams, "_TORCH_CREATED", lambda stream, ordinal: stream not in driver.foreign_streams)
     # likewise no graph replays of a last call (graph_launch.py): the real libcuda would capture the fake
     # native launch and launch it on a fake stream; tests of them turn them on with a fake graph driver
     monkeypatch.setenv(graph_launch.ENV, "0")

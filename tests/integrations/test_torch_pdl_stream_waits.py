@@ -9,6 +9,7 @@ thread's own stream captures, nothing for a record without PDL. With the stand-i
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from types import SimpleNamespace
 
@@ -73,15 +74,19 @@ def test_a_weight_write_syncs_the_current_stream_and_the_records_streams_not_the
     record, x = _on_streams(cache, w, 11)
     assert record.pdl and waits.syncs == [(11, 0, True)]  # built: the writes queued so far waited for
     _on_streams(cache, w, 12, 11, 12)
-    assert record.streams == {11, 12} and len(waits.syncs) == 1  # no write: no wait, on any stream
+    # no write: no wait but at the first launch on 12, which the build's wait did not name (a write queued there)
+    assert record.streams == {11, 12} and waits.syncs == [(11, 0, True), (12, 0, True)]
+    _on_streams(cache, w, 11, 12)
+    assert len(waits.syncs) == 2
     waits.syncs.clear()
+    waits.asked.clear()
     w.values.add_(1.0)  # an in-place write, queued on torch's current stream
     waits.current = 13
     cache.run((4,), x, w, None, torch.float32, stream=13)
     # the current stream (the write's and this call's) and each stream the record launched on, once each,
     # in thread-local capture mode
     assert waits.syncs == [(11, 0, True), (12, 0, True), (13, 0, True)]
-    assert waits.asked == [11, 11, 12, 13]
+    assert waits.asked == [11, 12, 13]
     waits.syncs.clear()
     cache.run((4,), x, w, None, torch.float32, stream=13)
     assert waits.syncs == []
@@ -194,3 +199,96 @@ def test_a_stream_synchronize_is_the_driver_s_with_the_device_current(monkeypatc
     assert exc.value.code == "SP0715" and "cuStreamSynchronize failed: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED" \
         in str(exc.value)
     assert log[3:] == [("enter", 1), ("sync", 0), ("leave", 1)]
+
+
+def test_the_per_thread_default_stream_is_waited_for_as_the_legacy_stream_on_any_thread(waits):
+    """CU_STREAM_PER_THREAD (2) names the *calling* thread's per-thread stream: a record that launched
+    on it in thread A, waited for from thread B, must not have 2 asked or synchronized there (B's own
+    stream, not A's). Every per-thread stream is a blocking stream, which the legacy stream waits for:
+    the legacy stream is synchronized for it, never asked (noted_streams.py)."""
+    assert stream_waits.wait_for_streams([2, 5, 1], 3) == [0, 5]
+    assert waits.syncs == [(0, 3, True), (5, 3, True)] and waits.asked == [5]
+    waits.syncs.clear()
+    waits.asked.clear()
+    cache, w = RecordCache(pdl=True), _weight()
+    x = torch.randn(4, 32)
+    waits.current = 2
+    thread_a = threading.Thread(target=cache.run, args=((4,), x, w, None, torch.float32), kwargs={"stream": 2})
+    thread_a.start()
+    thread_a.join()
+    (record,) = cache.records.values()
+    assert record.streams == {2} and waits.syncs == [(0, 0, True)]
+    waits.syncs.clear()
+    w.values.add_(1.0)
+    waits.current = 11
+    cache.run((4,), x, w, None, torch.float32, stream=11)  # thread B (this one), another stream
+    assert waits.syncs == [(0, 0, True), (11, 0, True)] and 2 not in waits.asked
+
+
+def _foreign_stream_log(waits, fake, monkeypatch) -> list[int]:
+    """Make stream 40 one somebody else owns (an ExternalStream of a cuda-python stream); the handles
+    named to the (fake) driver after ``destroyed`` held them are logged in the list returned."""
+    fake.foreign_streams.add(40)
+    named_dead: list[int] = []
+    waits.destroyed = set()
+    sync, capturing = stream_waits._SYNCHRONIZE, stream_waits._CAPTURING
+
+    def checked(call):
+        def named(stream, *args):
+            if stream in waits.destroyed:
+                named_dead.append(stream)
+            return call(stream, *args)
+        return named
+
+    monkeypatch.setattr(stream_waits, "_SYNCHRONIZE", checked(sync))
+    monkeypatch.setattr(stream_waits, "_CAPTURING", checked(capturing))
+    return named_dead
+
+
+def test_a_stream_somebody_else_owns_is_never_named_after_its_owner_may_have_destroyed_it(waits, fake, monkeypatch):
+    """A PDL record launched on a foreign stream (40) while it was current; the owner destroys it and
+    the weight is written: the wait of the next call (on 11) names 11 only, and the record forgets 40
+    (asking or synchronizing a destroyed handle is undefined behaviour: a crash, or another stream
+    created since under that handle). Before, the wait asked cuStreamIsCapturing(40) and synchronized
+    it. A stream created later under handle 40 and made current is waited for at the record's first
+    launch there (a write queued on it before)."""
+    named_dead = _foreign_stream_log(waits, fake, monkeypatch)
+    cache, w = RecordCache(pdl=True), _weight()
+    waits.current = 11
+    record, x = _on_streams(cache, w, 11)
+    waits.current = 40
+    cache.run((4,), x, w, None, torch.float32, stream=40)
+    assert record.streams == {11, 40} and waits.syncs == [(11, 0, True), (40, 0, True)]  # 40 current: alive
+    waits.syncs.clear()
+    waits.destroyed.add(40)  # its owner destroys it
+    w.values.add_(1.0)
+    waits.current = 11
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert waits.syncs == [(11, 0, True)] and record.streams == {11}
+    w.values.add_(1.0)
+    assert cache.sync(w.values) == 0 and waits.syncs == [(11, 0, True)] * 2
+    assert named_dead == []
+    waits.destroyed.clear()  # a new stream under handle 40, a write queued on it, then a call there
+    waits.syncs.clear()
+    waits.current = 40
+    cache.run((4,), x, w, None, torch.float32, stream=40)
+    assert waits.syncs == [(40, 0, True)] and record.streams == {11, 40}
+    cache.run((4,), x, w, None, torch.float32, stream=40)
+    assert waits.syncs == [(40, 0, True)]
+
+
+def test_a_layer_s_last_call_on_a_forgotten_stream_takes_the_full_path(waits, fake, monkeypatch):
+    """RecordCache.sync (load_state_dict) with another stream current forgets the foreign stream of
+    the cache's last call (40): that last call ends (``cache.last`` None), so a layer's fast path on
+    40 (LastCall, which skips the record's first-launch wait) does not launch there unwaited-for."""
+    named_dead = _foreign_stream_log(waits, fake, monkeypatch)
+    cache, w = RecordCache(pdl=True), _weight()
+    waits.current = 40
+    record, _ = _on_streams(cache, w, 40)
+    assert cache.last == (record, 40)
+    waits.destroyed.add(40)
+    w.values.add_(1.0)
+    waits.current = 11
+    waits.syncs.clear()
+    assert cache.sync(w.values) == 0
+    assert waits.syncs == [(11, 0, True)] and cache.last is None and named_dead == []
