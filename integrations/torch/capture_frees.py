@@ -13,19 +13,29 @@ callback runs), or when a layer's last call lets go of it. So a capture's record
 :class:`CaptureRecord`, whose finalizer, whatever let go of it, keeps it (in :data:`HELD`) where
 freeing it now would put frees into a capture (:func:`must_wait`), and :func:`drop_held` lets it go
 at the next call of any cache outside a capture (``RecordCache.run``'s full path, not a layer's
-last-call fast path, which falls through while any is held), once no such capture is seen. Its
+last-call fast path, which falls through while any is held), or at the end of the next garbage
+collection (a ``gc.callbacks`` hook, :func:`_after_collection`, put in place by the first hold), once
+no such capture is seen. Its
 tensors are freed there and then only because no reference cycle runs through a record: its weak
 reference to its weight calls its cache back through a weak reference (record_cache.py); held in a
 cycle, it would be freed by a later garbage collection, during a capture too (its finalizer runs
 once: a record it held is not held again).
 
 Bound: only records planned in a capture whose last reference went while a capture was under way
-are held, each until the next full-path call outside a capture; a process that never calls again
-keeps them until it ends: their own memory and their weight's (a record pins the memory of the
-weight it reads: a layer deleted during a capture keeps its weights' memory until such a call).
-With torch's native allocator nothing is held (a freed block goes back to its pool, as before)."""
+are held, each until the next full-path call outside a capture or the next garbage collection after
+the capture ended, whichever comes first: their own memory and their weight's (a record pins the
+memory of the weight it reads: a layer deleted during a capture keeps its weights' memory until
+then). A process that only replays graphs after it makes no full-path call, but collections come as
+it allocates Python objects (a generation-0 collection each few hundred net allocations of tracked
+objects, tensors among them); one that allocates none keeps them until it ends. A collection is as
+safe a point as a call: it runs on some thread at some allocation, a capture's included, as the
+weakref callbacks and finalizers that hold records already do, and :func:`must_wait` asks the same
+questions there (that thread's capture, the noted capture streams, the record's own streams). With
+torch's native allocator nothing is held (a freed block goes back to its pool, as before)."""
 
 from __future__ import annotations
+
+import gc
 
 from . import graph_life
 from ._kernels import LaunchRecord, capturing
@@ -58,8 +68,37 @@ class CaptureRecord(LaunchRecord):
         try:
             if must_wait(self):
                 HELD[id(self)] = self
+                _watch_collections()
         except Exception:  # (at interpreter exit, modules may be gone)
             pass
+
+
+_WATCHING: list[bool] = []
+"""Non-empty once :func:`_after_collection` is among ``gc.callbacks`` (a list: appended to atomically,
+from a finalizer on any thread; two threads appending both leave the hook in twice, which is harmless)."""
+
+
+def _watch_collections() -> None:
+    """Have each garbage collection's end let go of the held records that may go then
+    (:func:`_after_collection`), from the first hold on. Lock-free (list appends): it runs in a finalizer."""
+    if not _WATCHING:
+        _WATCHING.append(True)
+        gc.callbacks.append(_after_collection)
+
+
+def _after_collection(phase: str, info: dict) -> None:
+    """``gc.callbacks`` hook: at the end of a collection (any thread, any allocation, inside a capture
+    too) the held records :func:`must_wait` no longer keeps are let go of (:func:`drop_held`), so that
+    a process that only replays graphs does not keep them, with their weights' memory, until its next
+    full-path call. Nothing where none is held (one dict look per collection). Never raises (a hook's
+    exception would be reported at every collection); a record :func:`drop_held` could not look at
+    stays held."""
+    if phase != "stop" or not HELD:
+        return
+    try:
+        drop_held()
+    except Exception:
+        pass
 
 
 def drop_held() -> int:

@@ -6,6 +6,7 @@ they ran on and a payload standing for their tensors. Records and caches on fake
 
 from __future__ import annotations
 
+import gc
 import threading
 import weakref
 from collections.abc import Callable
@@ -35,15 +36,22 @@ class _Record:
 @pytest.fixture
 def asked(monkeypatch) -> dict[int, Callable[[], bool]]:
     """Under cudaMallocAsync, nothing noted, this thread not capturing: ``cuStreamIsCapturing`` of stream s answers
-    ``asked[s]()`` (False where absent). HELD is empty before and after."""
+    ``asked[s]()`` (False where absent). HELD is empty before and after. No automatic garbage collection
+    meanwhile: its hook (capture_frees._after_collection) would run drop_held at a moment no test chose."""
     answers: dict[int, Callable[[], bool]] = {}
     monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: "cudaMallocAsync")
     monkeypatch.setattr(capture_mode, "_capture_streams", {})
     monkeypatch.setattr(capture_mode, "_IS_CAPTURING", lambda stream: answers.get(stream, lambda: False)())
     monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
     assert not capture_frees.HELD
-    yield answers
-    capture_frees.HELD.clear()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield answers
+    finally:
+        capture_frees.HELD.clear()
+        if enabled:
+            gc.enable()
 
 
 def _hold(*records: _Record) -> list[weakref.ref]:
@@ -107,3 +115,40 @@ def test_a_record_another_thread_let_go_of_is_not_freed_by_a_look_that_found_a_c
     c_captures.clear()  # C's capture ended
     capture_frees.drop_held()
     assert not freed_during_c and tensors() is None and not capture_frees.HELD
+
+
+def test_a_held_record_is_let_go_of_by_a_garbage_collection_once_no_capture_is_under_way(asked, monkeypatch):
+    """A process that only replays graphs after its capture makes no full-path call: a record held by its
+    finalizer (its stream 7 captured when it was let go of) is freed at the end of the first garbage collection
+    that finds no capture (a gc.callbacks hook), never by one during a capture: another thread's on its stream,
+    or the collecting thread's own. Before, it stayed held until the next full-path call of a cache."""
+    capturing = {7}
+    asked[7] = lambda: 7 in capturing
+    record = object.__new__(capture_frees.CaptureRecord)  # (its finalizer looks at its streams only)
+    record.streams = {7}
+    record.tensors = _Tensors()
+    tensors = weakref.ref(record.tensors)
+    del record  # the finalizer holds it: stream 7 captures
+    assert len(capture_frees.HELD) == 1
+    gc.collect()
+    assert tensors() is not None and len(capture_frees.HELD) == 1  # the capture on 7 is under way
+    capturing.clear()
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: True)  # the collecting thread's own capture
+    gc.collect()
+    assert tensors() is not None and len(capture_frees.HELD) == 1
+    monkeypatch.setattr(kernels, "_IS_CAPTURING", lambda: False)
+    gc.collect()
+    assert tensors() is None and not capture_frees.HELD
+
+
+def test_a_collection_s_hook_never_raises_and_does_nothing_where_nothing_is_held(asked, monkeypatch):
+    """The hook runs at every collection: nothing is asked where nothing is held, or at a collection's start;
+    a failing look keeps the record held (drop_held puts it back) and is not raised into the collection."""
+    looks = []
+    monkeypatch.setattr(capture_frees, "must_wait", lambda record: looks.append(record) or 1 / 0)
+    capture_frees._after_collection("stop", {})
+    (tensors,) = _hold(_Record({7}))
+    capture_frees._after_collection("start", {})
+    assert looks == []
+    capture_frees._after_collection("stop", {})
+    assert len(looks) == 1 and tensors() is not None and len(capture_frees.HELD) == 1

@@ -1027,9 +1027,13 @@ def test_a_layer_s_fast_path_takes_the_full_path_while_records_are_held(fake, gr
     del w
     gc.collect()
     assert all(t() is not None for t in tensors) and last(x) is None
-    other_captures.clear()
-    assert last(x) is None and all(t() is not None for t in tensors)
-    layer.run((4,), x, other, None, torch.float32, stream=9)  # the full path
+    gc.disable()  # (a collection's hook would let the record go now: capture_frees._after_collection)
+    try:
+        other_captures.clear()
+        assert last(x) is None and all(t() is not None for t in tensors)
+        layer.run((4,), x, other, None, torch.float32, stream=9)  # the full path
+    finally:
+        gc.enable()
     gc.collect()
     assert all(t() is None for t in tensors) and not held
     last = LastCall.of(layer, x, lambda: 9, (4,))

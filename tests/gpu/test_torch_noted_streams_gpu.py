@@ -1,0 +1,123 @@
+"""The stream handles a PDL layer's records note, on the GPU (sm_90+; not run on the CPU machine that
+wrote it). CPU side: tests/integrations/test_torch_noted_streams.py, test_torch_pdl_stream_waits.py.
+
+* The per-thread default stream (``torch.cuda.ExternalStream(2)``) used by a call on another thread:
+  the wait for a later weight write on this thread synchronizes the legacy stream for it, never
+  handle 2 (this thread's own per-thread stream), and the result is the new weight's.
+* A stream somebody else owns (a cuda-python stream wrapped in ``torch.cuda.ExternalStream``): after
+  a weight write, a call on another stream never names its handle to the driver (its owner may have
+  destroyed it); the record's next call there waits for it again. The stream is destroyed only after
+  the layer's records are freed: torch's allocator names it when their buffers go (the contract of
+  ``ExternalStream``; docs/torch.md, "Streams a launch record notes")."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+
+from sparsile.tests.integrations.torch_helpers import check_against_float64, linear
+
+torch = pytest.importorskip("torch")
+spt = pytest.importorskip("sparsile.torch")
+stream_waits = pytest.importorskip("sparsile.integrations.torch.stream_waits")
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="torch has no CUDA device here")]
+
+
+def _pdl_layer(monkeypatch, seed: int):
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("PDL needs sm_90+")
+    monkeypatch.setenv("SPARSILE_PDL", "1")
+    layer = spt.SparseLinear.from_dense(linear(1024, 2048, seed=seed, device="cuda"), "bf16")
+    gen = torch.Generator("cuda").manual_seed(seed)
+    x = torch.randn(4, 2048, device="cuda", generator=gen).to(torch.bfloat16)
+    return layer, x
+
+
+def _named(monkeypatch) -> list[int]:
+    """The handles the records' waits synchronize or ask about, in order (the real calls still run)."""
+    named: list[int] = []
+    sync, capturing = stream_waits._SYNCHRONIZE, stream_waits._CAPTURING
+    monkeypatch.setattr(stream_waits, "_SYNCHRONIZE", lambda s, o: named.append(s) or sync(s, o))
+    monkeypatch.setattr(stream_waits, "_CAPTURING", lambda s: named.append(s) or capturing(s))
+    return named
+
+
+def _flip(layer) -> None:
+    """Flip every weight value's sign in place on torch's current stream, and bring the layer's records
+    up to it now (``RecordCache.sync``, as load_state_dict does): each record's wait runs here, on
+    this thread, whichever stream its calls ran on (a record with a split-K workspace is per stream)."""
+    layer.values.view(torch.int16).bitwise_xor_(-32768)
+    layer.__dict__["_records"].sync(layer.values)
+
+
+def _call_on(layer, x, stream):
+    """The layer's output for ``x`` on ``stream`` (poisoned first), with ``stream`` synchronized."""
+    with torch.cuda.stream(stream):
+        poison = torch.full((4, 1024), float("nan"), device="cuda", dtype=torch.bfloat16)
+        del poison  # (its block is y's)
+        y = layer(x)
+    stream.synchronize()
+    return y
+
+
+def _records_on(layer, stream: int) -> list:
+    cache = layer.__dict__["_records"]
+    return [r for r in (*cache.records.values(), *cache.retired.values()) if stream in r.streams]
+
+
+def test_a_call_on_another_threads_per_thread_stream_is_waited_for_as_the_legacy_stream(monkeypatch):
+    layer, x = _pdl_layer(monkeypatch, 54)
+    named = _named(monkeypatch)
+    out: dict = {}
+
+    def on_per_thread_stream():
+        try:
+            out["y"] = _call_on(layer, x, torch.cuda.ExternalStream(2))
+        except BaseException as exc:
+            out["error"] = exc
+
+    thread = threading.Thread(target=on_per_thread_stream)
+    thread.start()
+    thread.join(60)
+    assert "error" not in out, out.get("error")
+    check_against_float64(layer, x, out["y"])
+    assert _records_on(layer, 2) and all(r.pdl for r in _records_on(layer, 2)) and 2 not in named
+    named.clear()
+    _flip(layer)  # thread B (this one): the record of thread A's per-thread stream waits for the write
+    assert 0 in named and 2 not in named  # the legacy stream stands for thread A's per-thread stream
+    check_against_float64(layer, x, _call_on(layer, x, torch.cuda.Stream()))
+
+
+def _on_a_foreign_stream(monkeypatch, layer, x, foreign: int) -> None:
+    ext = torch.cuda.ExternalStream(foreign)
+    check_against_float64(layer, x, _call_on(layer, x, ext))
+    (record,) = _records_on(layer, foreign)
+    assert record.pdl and foreign in record.foreign
+    named = _named(monkeypatch)
+    _flip(layer)  # torch's default stream current: the foreign stream is not named, and is forgotten
+    assert foreign not in named and 0 in named and foreign not in record.streams
+    check_against_float64(layer, x, _call_on(layer, x, torch.cuda.Stream()))
+    named.clear()
+    y = _call_on(layer, x, ext)  # current (alive) again: waited for at the record's next launch there
+    assert foreign in named and foreign in record.streams
+    check_against_float64(layer, x, y)
+
+
+def test_a_foreign_stream_is_not_named_by_a_write_s_wait_on_another_stream(monkeypatch):
+    from cuda.bindings import driver
+
+    layer, x = _pdl_layer(monkeypatch, 55)
+    err, handle = driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING)
+    assert err == driver.CUresult.CUDA_SUCCESS
+    try:
+        _on_a_foreign_stream(monkeypatch, layer, x, int(handle))
+    finally:  # the records' buffers (marked used on it) and the blocks torch cached for it freed first
+        del layer
+        gc.collect()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        driver.cuStreamDestroy(handle)
