@@ -1,6 +1,8 @@
 """The stream handles a PDL layer's records note, on the GPU (sm_90+; not run on the CPU machine that
 wrote it). CPU side: tests/integrations/test_torch_noted_streams.py, test_torch_pdl_stream_waits.py.
 
+* A synchronize of the legacy stream waits for another thread's per-thread stream (what the wait for
+  handle 2 rests on).
 * The per-thread default stream (``torch.cuda.ExternalStream(2)``) used by a call on another thread:
   the wait for a later weight write on this thread synchronizes the legacy stream for it, never
   handle 2 (this thread's own per-thread stream), and the result is the new weight's.
@@ -67,6 +69,29 @@ def _call_on(layer, x, stream):
 def _records_on(layer, stream: int) -> list:
     cache = layer.__dict__["_records"]
     return [r for r in (*cache.records.values(), *cache.retired.values()) if stream in r.streams]
+
+
+def test_the_legacy_stream_s_synchronize_waits_for_another_threads_per_thread_stream():
+    """What the wait for handle 2 rests on (noted_streams.py): a per-thread default stream is a blocking
+    stream, so a synchronize of the legacy stream on this thread waits for the work another thread
+    queued on its own per-thread stream (here a ~0.5 s sleep kernel, then an event)."""
+    out: dict = {}
+
+    def queue() -> None:
+        per_thread = torch.cuda.ExternalStream(2)
+        with torch.cuda.stream(per_thread):
+            torch.cuda._sleep(1_000_000_000)
+            out["event"] = torch.cuda.Event()
+            out["event"].record(per_thread)
+
+    torch.cuda.synchronize()
+    thread = threading.Thread(target=queue)
+    thread.start()
+    thread.join(60)
+    assert not out["event"].query()  # still sleeping
+    assert stream_waits.wait_for_streams([2], torch.cuda.current_device()) == [0]
+    assert out["event"].query()
+    torch.cuda.synchronize()
 
 
 def test_a_call_on_another_threads_per_thread_stream_is_waited_for_as_the_legacy_stream(monkeypatch):
