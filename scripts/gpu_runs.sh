@@ -482,6 +482,16 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
     ;;
+a58)  # streams54 (noted stream handles, the GC hook for held records, a PDL record's first launch on a stream) on the
+     # GPU, then on an H200 issue 12's T <= 16 rows (the acceptance)
+    run 200 python -m pytest -q -m gpu -n 8 --timeout 150 -rfEs --junitxml="$out/junit-a58.xml" \
+        tests/gpu/test_torch_noted_streams_gpu.py tests/gpu/test_pdl_weight_write_gpu.py tests/gpu/test_capture_threads_gpu.py \
+        tests/gpu/test_pdl_gpu.py tests/gpu/test_torch_graph_scratch_gpu.py tests/gpu/test_torch_graph_owners_gpu.py
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        run 300 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+            --passes 3 --json "$out/linear-passes-58.json"
+    fi
+    ;;
 a57)  # one call that fits either card: on an H200 issue 12's T <= 16 rows (the acceptance), on an H100 the GPU tests
      # outside the torch and JAX files (tests-rest; last run in the forty-fourth session)
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
