@@ -1534,11 +1534,12 @@ tests-torch)  # the torch and JAX GPU files (~390 tests; about 150 s at -n 8)
     run 400 python -m pytest -q -m gpu -n 12 --timeout 150 -rfE tests/gpu/test_torch_*.py tests/gpu/test_jax_gpu.py
     ;;
 tests-rest-a)  # tests-rest in two calls (a57: 560 s ran 1067 of its ~1130 tests on an H100): the files under tests/gpu
-    run 560 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE --junitxml="$out/junit-rest-a.xml" tests/gpu \
+    run 560 python -m pytest -q -m gpu -n 16 --dist worksteal --timeout 150 -rfE --junitxml="$out/junit-rest-a.xml" tests/gpu \
         --deselect tests/gpu/test_jax_gpu.py $(for f in tests/gpu/test_torch_*.py; do echo --deselect "$f"; done)
     ;;
-tests-rest-b)  # the other half: GPU tests under tests/stdlib, tests/backend, tests/frontend and the top level
-    run 560 python -m pytest -q -m gpu -n 16 --timeout 150 -rfE --junitxml="$out/junit-rest-b.xml" \
+tests-rest-b)  # (a58, H100, limit 360 s: 292 of 295 ran, the rest of test_decode_api.py, which --dist loadfile gave one
+              # worker, was cut; worksteal spreads a file's tests) the other half: GPU tests under tests/stdlib, tests/backend, tests/frontend and the top level
+    run 560 python -m pytest -q -m gpu -n 16 --dist worksteal --timeout 150 -rfE --junitxml="$out/junit-rest-b.xml" \
         tests/stdlib tests/backend tests/frontend tests/test_demo.py tests/test_sweep_tuned.py
     ;;
 tests-rest)  # every other GPU test (~1130 tests: no longer fits one call; tests-rest-a and -b do)
