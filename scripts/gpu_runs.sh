@@ -482,6 +482,12 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
     ;;
+a59)  # a short budget's H200 try: issue 12's T <= 16 rows in one pass (not on an H100: its rows are recorded)
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        run 160 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+            --json "$out/linear-59.json"
+    fi
+    ;;
 a58)  # streams54 (noted stream handles, the GC hook for held records, a PDL record's first launch on a stream) on the
      # GPU, then on an H200 issue 12's T <= 16 rows (the acceptance)
     run 200 python -m pytest -q -m gpu -n 8 --timeout 150 -rfEs --junitxml="$out/junit-a58.xml" \
