@@ -486,6 +486,10 @@ a59)  # a short budget's H200 try: issue 12's T <= 16 rows in one pass (not on a
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
         run 160 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
             --json "$out/linear-59.json"
+    else  # the four GPU tests tests-rest-b's limit cut in a58
+        run 120 python -m pytest -q -m gpu -n 4 --timeout 100 -rfE \
+            "tests/stdlib/test_decode_api.py::test_gpu_decode_persistent[e4m3-8192-16-8192-None-f32-None-channel-token-None-64-True]" \
+            "tests/stdlib/test_decode_api.py::test_gpu_pdl_reads_what_the_previous_kernel_wrote"
     fi
     ;;
 a58)  # streams54 (noted stream handles, the GC hook for held records, a PDL record's first launch on a stream) on the
