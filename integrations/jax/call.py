@@ -37,6 +37,7 @@ from ...driver.kernel_options import KERNEL_OPTIONS
 from ...frontend.diagnostics import LaunchError
 from ...frontend.interp.host_arrays import stored_params
 from ...frontend.ir import types as T
+from ...frontend.ir.scalar_range import check_float_fits
 from ...frontend.legality.meta import check_metadata_argument
 from ...stdlib.sparsity.hostarray import checked_flag
 from . import ffi
@@ -44,7 +45,7 @@ from .errors import SP_JAX_ARGUMENT, SP_JAX_OUT_SHAPES, SP_JAX_WRITES_INPUT, Jax
 from .plan import CallPlan, DeviceView, needs_info
 from .primitive import sparsile_call_p
 
-__all__ = ["X64_HELP", "CallPlan", "DeviceView", "call", "needs_info", "sparsile_call_p"]
+__all__ = ["X64_HELP", "CallPlan", "DeviceView", "call", "check_concrete", "needs_info", "sparsile_call_p"]
 
 
 class _Stand:
@@ -97,6 +98,34 @@ def _out_names(kernel: Kernel, n_args: int, out_shapes: Any) -> tuple[list[str],
 
 def _is_traced(v: Any) -> bool:
     return isinstance(v, jax.Array | jax.core.Tracer)
+
+
+def check_concrete(name: str, shape: Any) -> tuple[int, ...]:
+    """``shape`` as ints: SP0932 for a symbolic dimension (``jax.export`` with shape polymorphism),
+    which failed as jax's InconclusiveDimensionOperation from inside the call. A sparsile call is
+    planned for its shapes at trace time (the grid, the specialization, sparse_linear's tiles and
+    split-K), so it cannot be exported for all sizes at once."""
+    dims = tuple(shape)
+    if all(isinstance(d, int | np.integer) for d in dims):
+        return tuple(int(d) for d in dims)
+    shown = "(" + ", ".join(str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
+    raise JaxCallError(SP_JAX_ARGUMENT, f"`{name}` has the symbolic shape {shown}, but a sparsile call is planned "
+                       "for the shapes it is traced with (its grid, its specialization)",
+                       help="export with concrete shapes, one export per shape: jax.export.export(f)(jax."
+                            "ShapeDtypeStruct((8, 512), jnp.float32)); shape polymorphism is not supported")
+
+
+def _check_scalars(func: Any, sources: list[tuple[str, str, Any]]) -> None:
+    """SP0709 while tracing for a float scalar that overflows its parameter type (``alpha: f32`` given
+    1e40). The kernel's specialization checks it only when it is made, and it is memoized per value
+    type: a later trace with another value skipped the check, and the launch (the CPU handler, the GPU
+    launcher) refused it at run time inside XLA, as SP0936."""
+    values = {name: where for name, kind, where in sources if kind == "value"}
+    for p in func.runtime_params:
+        t, value = p.type, values.get(p.name)
+        if isinstance(t, T.ScalarType) and t.is_float and p.name in values and \
+                not isinstance(value, bool | np.bool_):
+            check_float_fits(p.name, value, t.name)
 
 
 def _check_options(constexprs: Any, input_output_aliases: Any, interpret: Any) -> bool:
@@ -221,6 +250,7 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
                                help=f"pass `{name}` as a Python number: scalars and constexprs are static "
                                     "(part of the compiled program); pass data as a pointer parameter")
         if array:
+            check_concrete(name, np.shape(value))
             if isinstance(value, np.ndarray):  # the buffer JAX makes of it: 32-bit for float64 / int64 without x64
                 with contextlib.suppress(TypeError):  # (a type JAX holds no buffer of: SP0708 below)
                     value = jax.numpy.asarray(value)
@@ -236,6 +266,7 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
             sources.append((name, "value", value))
             stand[name] = value
     for k, (key, s) in enumerate(zip(out_keys, structs)):
+        check_concrete(key, s.shape)
         sources.append((key, "out", k))
         stand[key] = _Stand(tuple(s.shape), np.dtype(s.dtype))
     aliases = _aliases(input_output_aliases, operands, structs)
@@ -252,6 +283,7 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
         if p.name not in given and p.name not in out_keys:
             sources.append((p.name, "value", bound[p.name]))
     func = kernel.ir_for(bindings, key)
+    _check_scalars(func, sources)
     captures = kernel.captures_for(bindings, key)  # (cached with func: the values it was built with)
     written = stored_params(func)
     inputs = {name for name, kind, where in sources if kind == "in" and where not in aliases}

@@ -41,7 +41,7 @@ from ...stdlib.kernels.linear_plan import SparseLinearPlan
 from ...stdlib.sparsity.dtypes import operand_type
 from ...stdlib.sparsity.formats import decompress, metadata_shape
 from ...stdlib.sparsity.hostarray import checked_flag
-from .call import call
+from .call import call, check_concrete
 from .errors import SP_JAX_ARGUMENT, SP_JAX_LINEAR_INPUT, SP_JAX_NO_VMAP, JaxCallError
 from .grad import linear_jvp
 
@@ -247,6 +247,7 @@ def sparse_linear(x: Any, values: Any, meta: Any, bias: Any = None, *, activatio
     ``jax.vmap`` (nested or not, any axes) over x and scale_x folds the batch into the tokens; over
     the bias it runs one call per member; over the weight it is SP0935.
     """
+    _check_concrete(x, values, meta, bias, scale_x, scale_w)
     split_k = _static(split_k, "split_k")
     interpret = checked_flag(_static(interpret, "interpret"), "interpret")
     check_split_k(split_k)  # (SP0804, as the torch layer: 0, -1, True or "2" failed deep in the launch plan)
@@ -259,6 +260,15 @@ def sparse_linear(x: Any, values: Any, meta: Any, bias: Any = None, *, activatio
         pre_forward = _differentiable(_batched_linear(None, "float32", interpret, split_k), None, None)
     run = _differentiable(_batched_linear(activation, out_dtype, interpret, split_k), pre_forward, activation)
     return run(x, values, meta, bias, scale_x, scale_w)
+
+
+def _check_concrete(*operands: Any) -> None:
+    """SP0932 for an operand of symbolic shape (``jax.export`` with shape polymorphism): the launch
+    plan is made for the shapes at trace time (it failed inside the plan, as jax's
+    InconclusiveDimensionOperation, or as a K mismatch naming the symbol)."""
+    for what, a in zip(("x", "values", "meta", "bias", "scale_x", "scale_w"), operands):
+        if a is not None and hasattr(a, "shape"):
+            check_concrete(what, np.shape(a))
 
 
 def _static(value: Any, what: str) -> Any:
@@ -381,6 +391,7 @@ class SparseLinear:
         return dense if self.in_features is None else dense[:, :self.in_features]
 
     def __call__(self, x: Any, scale_x: Any = None) -> Any:
+        _check_concrete(x)
         k = np.shape(x)[-1] if np.ndim(x) >= 1 else None
         if self.in_features is not None and k is not None and k != self.in_features:
             raise _bad(f"x has K = {k} features but the layer takes in_features = {self.in_features}",

@@ -102,8 +102,9 @@ mlir.register_lowering(sparsile_call_p, _ffi_rule("cuda"), platform="cuda")
 
 def _no_autodiff(primals: Any, tangents: Any, **params: Any) -> Any:
     raise JaxCallError(SP_JAX_NO_AUTODIFF, "a sparsile kernel call cannot be differentiated",
-                       help="compute the gradient with jax.lax.stop_gradient around the call, or write the "
-                            "backward pass as another kernel inside a jax.custom_vjp")
+                       help="wrap the call's array inputs in jax.lax.stop_gradient (a stop_gradient of its result "
+                            "comes too late: jax differentiates the call itself first), or write the backward "
+                            "pass as another kernel inside a jax.custom_vjp")
 
 
 def _no_vmap(args: Any, dims: Any, **params: Any) -> Any:
