@@ -4,7 +4,8 @@ Order of attempts: a numpy array is used as is; an object with ``__dlpack__`` go
 :func:`numpy.from_dlpack`; when numpy refuses (a CUDA tensor, or a dtype DLPack-in-numpy does not
 know such as bfloat16 or float8), a torch-like object is copied with ``.cpu()`` and a cupy-like one
 with ``.get()``; torch's bfloat16/float8 tensors are reinterpreted through an integer view and
-re-tagged with the matching ml_dtypes type. Anything else goes through :func:`numpy.asarray`.
+re-tagged with the matching ml_dtypes type; other objects (a JAX bfloat16 or float8 array) go
+through their ``__array__``. Anything else goes through :func:`numpy.asarray`.
 """
 
 from __future__ import annotations
@@ -79,6 +80,13 @@ def as_host_array(x: Any, what: str = "input") -> np.ndarray:
             try:
                 array = np.asarray(x.get())
             except _DLPACK_REFUSALS:
+                array = None
+        if array is None and hasattr(type(x), "__array__"):  # a JAX bfloat16 / float8 array (ml_dtypes)
+            try:
+                array = np.asarray(x)
+            except _DLPACK_REFUSALS:
+                array = None
+            if array is not None and array.dtype == object:
                 array = None
         if array is None:
             raise SparsityError(
