@@ -41,8 +41,9 @@ def param_spec(kernel: Any, bindings: dict[str, Any], params: list[KernelParam],
     spec: list[Any] = []
     for p in kernel.params:
         b = bindings[p.name]
-        if isinstance(b, Const):
-            spec.append(ConstexprParam(p.name, b.value))
+        if isinstance(b, Const):  # a typed constant (`np.int8(3)`, `sp.i8(3)`) as its NumPy scalar: not `3`
+            value = b.value if b.dtype is None or b.value is None else T.numpy_dtype(b.dtype).type(b.value)
+            spec.append(ConstexprParam(p.name, value))
             continue
         for kp in by_name[p.name]:
             if kp.kind == "ptr":

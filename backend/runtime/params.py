@@ -68,7 +68,8 @@ def constexpr_equal(value: Any, expected: Any) -> bool:
     """Whether a constexpr argument is the value a kernel was specialized (or a launch prepared)
     for: equal, and of the same kind element by element (``2`` is not ``2.0`` nor ``True``, ``0.0``
     is not ``-0.0``: each is another specialization, as in ``frontend/sema/specialize.py``; a numpy
-    scalar is its Python number, a list its tuple); a comparison that raises or gives no truth
+    scalar is a typed constant of its own type, ``np.int8(3)`` neither ``3`` nor ``np.int16(3)``
+    (``np.True_`` is ``True``), a list its tuple); a comparison that raises or gives no truth
     value counts as unequal."""
     try:
         return _same_constexpr(value, expected)
@@ -79,6 +80,8 @@ def constexpr_equal(value: Any, expected: Any) -> bool:
 def _constexpr_kind(v: Any) -> type:
     if isinstance(v, bool | np.bool_):
         return bool
+    if isinstance(v, np.generic) and not isinstance(v, str | bytes):  # np.int8(3) is i8's 3, not Python's 3
+        return type(v)
     if isinstance(v, numbers.Integral):
         return int
     if isinstance(v, float | np.floating):
@@ -92,7 +95,8 @@ def _same_constexpr(value: Any, expected: Any) -> bool:
         return False
     if kind is tuple:
         return len(value) == len(expected) and all(_same_constexpr(a, b) for a, b in zip(value, expected))
-    if kind is float:
+    if kind is float or (issubclass(kind, np.generic) and not issubclass(kind, np.integer)):
+        value, expected = float(value), float(expected)
         if value != value:  # NaN: the value a kernel compiled for NaN was given again
             return expected != expected
         return bool(value == expected) and math.copysign(1.0, value) == math.copysign(1.0, expected)

@@ -99,7 +99,8 @@ def _to_int(value: Any, name: str, dtype: str) -> int:
 def _to_float(value: Any, name: str, dtype: str) -> float:
     if type(value) is float:
         return value
-    if isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_):
+    if (isinstance(value, numbers.Real) or type(value).__module__ == "ml_dtypes") \
+            and not isinstance(value, bool | np.bool_):  # (ml_dtypes' bfloat16 is no numbers.Real)
         try:
             return float(value)
         except OverflowError:  # an int past the f64 range (2**1100): SP0709, not Python's OverflowError

@@ -44,8 +44,8 @@ def wrap_python_value(obj: Any) -> Any:
     try:
         if isinstance(obj, np.integer):  # a captured NumPy scalar is Python's number, as at a launch
             return Const(int(obj))
-        if isinstance(obj, np.floating):
-            return Const(float(obj))
+        if isinstance(obj, np.floating) or (isinstance(obj, np.generic) and type(obj).__module__ == "ml_dtypes"):
+            return Const(float(obj))  # (ml_dtypes' bfloat16 is no np.floating)
         if isinstance(obj, np.dtype | type) and obj is not type:
             t = T.from_numpy_dtype(np.dtype(obj)) if _is_numpy_dtype_like(obj) else None
             if t is not None:

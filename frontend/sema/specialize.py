@@ -22,6 +22,7 @@ from ..ir.scalar_range import check_float_fits
 from ..spans import SourceFile
 from .consts import typed_constant
 from .core import ArgSpec
+from .jit_globals import NUMPY_SCALARS_HELP, numpy_scalar_constant, numpy_type_without_type
 from .values import Const
 
 
@@ -121,6 +122,8 @@ def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = True) -> A
         t = ann if isinstance(ann, T.PointerType) else T.PointerType(elem)
         return ArgSpec.of(t, _aligned(value, host_copies_aligned))
     if isinstance(ann, T.ScalarType) or ann is None:
+        if ann is None and isinstance(value, np.generic) and not isinstance(value, np.bool_):
+            return _numpy_scalar_spec(p, value)
         if isinstance(value, bool | np.bool_):
             if ann is not None and not ann.is_bool:  # (the launcher refuses it too: runtime/scalars.py)
                 raise LaunchError("SP0708", f"argument `{p.name}` expects "
@@ -148,6 +151,33 @@ def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = True) -> A
     raise LaunchError("SP0722", f"argument `{p.name}` has an unsupported annotation {ann}")
 
 
+def numpy_scalar_type(name: str, value: np.generic, what: str, code: str = "SP0708") -> T.ScalarType:
+    """The language type of NumPy (or ml_dtypes) scalar ``value`` given at a launch for ``name``,
+    ``what`` the parameter's kind (``argument``, ``constexpr argument``): ``np.int8(100)`` is ``i8``,
+    as the call written in a kernel or a default that computes it is (docs/language.md,
+    "Specialization and launching"). LaunchError ``code`` (SP0708 for a run-time argument, SP0723
+    for a constexpr) for a type the language has none for (``np.complex64``, ``np.longdouble``,
+    ``np.timedelta64``), with the scalar types it has."""
+    missing = numpy_type_without_type(value)
+    t = None if missing else T.from_numpy_dtype(np.dtype(type(value)))
+    if t is None:
+        raise LaunchError(code, f"{what} `{name}` is NumPy's `{missing or type(value).__name__}`, which has no "
+                          "type in the language", help=NUMPY_SCALARS_HELP)
+    return t
+
+
+def _numpy_scalar_spec(p: ParamInfo, value: np.generic) -> ArgSpec:
+    """The ArgSpec of NumPy scalar ``value`` given for unannotated run-time parameter ``p``: a scalar
+    of its own type (``np.int8(100)``: ``i8``, ``np.float64(0.5)``: ``f64``), as NumPy computes with it."""
+    t = numpy_scalar_type(p.name, value, "argument")
+    if t.is_float and t.bits == 8:
+        raise LaunchError("SP0708", f"argument `{p.name}` is the 8-bit float scalar {type(value).__name__}"
+                          f"({float(value)!r}): 8-bit float scalars cannot be kernel parameters",
+                          help=f"annotate `{p.name}: sp.f16` (or pass np.float16 / a Python float) and convert "
+                               "in the kernel, or make it `sp.constexpr`")
+    return ArgSpec.of(t, t.is_int and int(value) % 16 == 0)
+
+
 def _aligned(value: Any, host_copies_aligned: bool) -> bool:
     if isinstance(value, np.ndarray):
         return True if host_copies_aligned else data_pointer(value) % 16 == 0  # type: ignore[operator]
@@ -160,6 +190,13 @@ _ML_FLOAT_SCALARS = frozenset(getattr(ml_dtypes, n) for n in ("bfloat16", "float
 Python float they hold (exact), as an ``np.float16`` is."""
 
 
+def _ml_float(p: ParamInfo, value: Any) -> Any:
+    """An ml_dtypes scalar given for a parameter annotated with a scalar type as the Python float it
+    holds (exact; the annotation is its type); for any other parameter the scalar itself, typed by
+    its own type as every NumPy scalar is (:func:`numpy_scalar_type`)."""
+    return float(value) if type(value) in _ML_FLOAT_SCALARS and isinstance(p.annotation, T.ScalarType) else value
+
+
 def bind_arguments(kernel_name: str, params: list[ParamInfo], args: tuple[Any, ...], kwargs: dict[str, Any]
                    ) -> dict[str, Any]:
     """Match positional and keyword arguments to parameters (defaults filled in)."""
@@ -167,15 +204,15 @@ def bind_arguments(kernel_name: str, params: list[ParamInfo], args: tuple[Any, .
         raise LaunchError("SP0701", f"`{kernel_name}` takes {len(params)} arguments but {len(args)} were given")
     bound: dict[str, Any] = {}
     for p, a in zip(params, args, strict=False):
-        bound[p.name] = float(a) if type(a) in _ML_FLOAT_SCALARS else a
-    names = {p.name for p in params}
+        bound[p.name] = _ml_float(p, a)
+    by_name = {p.name: p for p in params}
     for k, v in kwargs.items():
-        if k not in names:
+        if k not in by_name:
             raise LaunchError("SP0702", f"`{kernel_name}` has no parameter named `{k}`",
                               help=f"parameters: {', '.join(p.name for p in params)}")
         if k in bound:
             raise LaunchError("SP0702", f"`{kernel_name}` got two values for `{k}`")
-        bound[k] = float(v) if type(v) in _ML_FLOAT_SCALARS else v
+        bound[k] = _ml_float(by_name[k], v)
     for p in params:
         if p.name not in bound:
             if not p.has_default:
@@ -333,15 +370,16 @@ def none_pointer(p: ParamInfo, v: Any) -> bool:
 
 
 def constexpr_value(p: ParamInfo, v: Any, depth: int = 0) -> Any:
-    """The compile-time value of constexpr argument ``v``: numpy scalars as Python's (``np.True_`` a
-    bool), a list as a tuple and each element of a tuple or list likewise (``[[1, 2]]`` is
+    """The compile-time value of constexpr argument ``v``: a NumPy (or ml_dtypes) scalar as the typed
+    constant of its type (``np.int8(100)`` is ``i8(100)``, as the call in the kernel and a default
+    that computes it are; SP0708 for a type the language has none for), ``np.True_`` as Python's
+    bool (a flag), a list as a tuple and each element of a tuple or list likewise (``[[1, 2]]`` is
     ``((1, 2),)``: a hashable key), a dtype as its element type; LaunchError SP0723 otherwise."""
     if isinstance(v, np.bool_):  # a flag, as Python's bool (np.dtype(np.True_) made it the type bool)
         return bool(v)
-    if isinstance(v, np.integer) and not isinstance(v, np.timedelta64):  # (an np.integer with no int())
-        return int(v)
-    if isinstance(v, np.floating):
-        return float(v)
+    if isinstance(v, np.generic) and not isinstance(v, str | bytes):
+        numpy_scalar_type(p.name, v, "constexpr argument", "SP0723")  # (for a type without one)
+        return numpy_scalar_constant(v)
     if isinstance(v, list | tuple):
         if depth >= _MAX_CONSTEXPR_DEPTH:
             raise LaunchError("SP0723", f"constexpr argument `{p.name}` nests tuples or lists more than "

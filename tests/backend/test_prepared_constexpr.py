@@ -52,6 +52,7 @@ def fresh_launchers():
 
 @pytest.mark.parametrize(("prepared_for", "other"), [
     (2, 2.0), (2.0, 2), (1, True), (True, 1), (0.0, -0.0), (-0.0, 0.0), (2, np.float32(2.0)),
+    (3, np.int64(3)), (np.int8(3), 3), (np.int8(3), np.int16(3)), (2.0, np.float64(2.0)),
 ])
 def test_a_prepared_launch_refuses_an_equal_constexpr_of_another_kind(gpu, prepared_for, other):  # noqa: F811
     gpu.sizes = [8, 8, 4]  # x, out, n
@@ -70,8 +71,8 @@ def test_a_prepared_launch_refuses_an_equal_constexpr_of_another_kind(gpu, prepa
 def test_a_prepared_launch_takes_the_same_value_in_another_spelling(gpu):  # noqa: F811
     gpu.sizes = [8, 8, 4]
     x, _, out = arrays()
-    launch_ = shift[(4,)].prepare(x, out, 1024, 3)
-    launch_(x, out, 1024, np.int64(3))  # numpy integers specialize as ints
+    launch_ = shift[(4,)].prepare(x, out, 1024, np.int64(3))
+    launch_(x, out, 1024, np.int64(3))  # the same numpy integer: the same typed constant i64(3)
     launch_ = shift_by_pair[(4,)].prepare(x, out, 1024, (2, 3.5))
     launch_(x, out, 1024, [2, 3.5])  # a list is specialized as a tuple
     assert len(gpu.launches) == 2
@@ -90,7 +91,13 @@ def test_the_launchers_own_constexpr_check(gpu):  # noqa: F811
 
 
 def test_constexpr_equal():
-    assert constexpr_equal(3, 3) and constexpr_equal(np.int32(3), 3) and constexpr_equal(2.5, np.float64(2.5))
+    assert constexpr_equal(3, 3) and constexpr_equal(np.int32(3), np.int32(3)) and constexpr_equal(2.5, 2.5)
+    # a numpy scalar is the typed constant of its own type (np.int32(3) is i32(3)): not Python's 3 nor np.int16(3)
+    assert not constexpr_equal(np.int32(3), 3) and not constexpr_equal(3, np.int32(3))
+    assert not constexpr_equal(np.int32(3), np.int16(3)) and not constexpr_equal(2.5, np.float64(2.5))
+    assert constexpr_equal(np.float16("nan"), np.float16("nan"))
+    assert not constexpr_equal(np.float16(0), np.float16(-0.0))
+    assert constexpr_equal(np.True_, True)  # a flag, as Python's bool
     assert constexpr_equal((1, (2.0, "a")), [1, (2.0, "a")]) and constexpr_equal(sp.f16, sp.f16)
     assert constexpr_equal(float("nan"), float("nan"))  # a kernel compiled for NaN is one for NaN
     assert not constexpr_equal(2, 2.0) and not constexpr_equal(True, 1) and not constexpr_equal(0.0, -0.0)

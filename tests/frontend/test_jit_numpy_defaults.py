@@ -306,11 +306,13 @@ def test_a_numpy_timedelta_argument_is_refused_with_a_diagnostic(tmp_path) -> No
     out = np.full(8, np.nan, np.float32)
     with pytest.raises(sp.LaunchError) as info:
         module.k.interpret[(1,)](x, out, np.timedelta64(3, "s"))
-    assert (info.value.code, info.value.message) == ("SP0708", "argument `a` expects a scalar, found timedelta64")
+    assert (info.value.code, info.value.message) == (
+        "SP0708", "argument `a` is NumPy's `timedelta64`, which has no type in the language")
+    assert info.value.help.startswith("the language's NumPy scalars are np.bool_")
     with pytest.raises(sp.LaunchError) as info:
         module.kc.interpret[(1,)](x, out, a=np.timedelta64(3, "s"))
     assert (info.value.code, info.value.message) == (
-        "SP0723", "constexpr argument `a` must be a number, bool, string, tuple or dtype, found timedelta64")
+        "SP0723", "constexpr argument `a` is NumPy's `timedelta64`, which has no type in the language")
     assert np.isnan(out).all()
 
 
