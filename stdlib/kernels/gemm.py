@@ -231,6 +231,7 @@ def plan_target(target: str | None, interpret: bool) -> str:
     checked_flag(interpret, "interpret")
     if target is None:
         return (None if interpret else device_target()) or "sm_90a"
+    target = _canonical_target(target)
     if target != "sm_90a" and target not in BLACKWELL_TARGETS:
         from ...target.targets import target_suggestion
 
@@ -238,6 +239,21 @@ def plan_target(target: str | None, interpret: bool) -> str:
         raise bad_input(f"there is no sparse GEMM kernel for target {target!r}",
                         help=f"{hint}use sm_90a (Hopper) or one of {', '.join(BLACKWELL_TARGETS)} (Blackwell)")
     return target
+
+
+def _canonical_target(target: object) -> object:
+    """``target`` as the target table names it where ``get_target`` (SP0601) takes the spelling
+    (``"SM_90A"``, ``"90a"``, ``"sm-100a"``: the spellings every other entry point takes), else as given
+    (the caller's SP0804 names it and suggests a target)."""
+    from ...frontend.diagnostics import CompileError
+    from ...target.targets import get_target
+
+    if not isinstance(target, str):
+        return target
+    try:
+        return get_target(target).name
+    except CompileError:
+        return target
 
 
 @plans_on_arrays

@@ -21,6 +21,7 @@ from sparsile.stdlib.kernels import (
     sparse_linear,
     sparse_matmul,
 )
+from sparsile.stdlib.kernels.gemm import plan_target
 from sparsile.stdlib.kernels.gemm_sm100 import DEFAULT_SM_COUNT, KERNELS_SM100, SparseMatmulSm100, tcgen05_metadata
 from sparsile.stdlib.sparsity import SparsityError
 
@@ -200,7 +201,7 @@ def test_argument_errors_have_codes():
     ("hopper", "did you mean `sm_90a`? (Hopper: H100, H200, GH200) "),
     ("B200", "did you mean `sm_100a`? (Blackwell: "),
     ("sm_100b", "did you mean `sm_100a`? "),
-    ("SM_90A", "did you mean `sm_90a`? "),
+    ("SM_91A", "did you mean `sm_90a`? "),
     ("sm_80", "use sm_90a"),  # a real target without a sparse GEMM kernel: nothing to suggest
     ("A100", "use sm_90a"),  # sm_80 (by spelling alone it came close to sm_100a)
 ])
@@ -216,6 +217,22 @@ def test_a_gpu_name_for_target_suggests_a_target_with_a_kernel(entry, name, help
     assert e.value.help.startswith(help_start)
     assert e.value.help.count("did you mean") == (0 if name in ("sm_80", "A100") else 1)
     assert e.value.help.endswith("use sm_90a (Hopper) or one of sm_100a, sm_103a, sm_110a (Blackwell)")
+
+
+@pytest.mark.parametrize("entry", ["sparse_matmul", "sparse_linear"])
+def test_a_target_is_taken_in_every_spelling_get_target_takes(entry):
+    """target="SM_90A" was SP0804 "no sparse GEMM kernel for target 'SM_90A'" whose help said `did
+    you mean `sm_90a`?`, though get_target (SP0601) and warm_up take it: each spelling of a target
+    with a kernel plans that target, the product equals the canonical name's and the reference."""
+    weight, b = problem("f16", 128, 16, 128, seed=12)
+    fn = sparse_matmul if entry == "sparse_matmul" else sparse_linear
+    args = (weight.values, weight.meta, b)
+    want = np.asarray(fn(*args, interpret=True, target="sm_90a"))
+    assert np.isfinite(want).all() and np.abs(want).max() > 0
+    for spelling in ("SM_90A", "sm90a", "90a", " Sm-90a "):
+        got = fn(*args, interpret=True, target=spelling)
+        assert np.array_equal(np.asarray(got), want), spelling
+    assert plan_target("SM_100A", True) == "sm_100a" and plan_target("sm_110A", True) == "sm_110a"
 
 
 def test_metadata_for_another_operand_width_is_refused():
