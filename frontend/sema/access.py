@@ -17,7 +17,16 @@ from .emitter import Emitter, describe
 from .member_help import missing_member
 from .operand_help import subscript_help
 from .type_ctors import TypeCtor
-from .values import Arg, BoundMethod, Const, Namespace
+from .values import Arg, BoundMethod, Builtin, Const, Namespace
+
+
+def _item(em: Emitter, x: Arg) -> Const:
+    """``c.item()`` of a typed constant ``c`` (``np.int8(5).item()``, ``sp.f16(1.5).item()``): its value
+    as Python's (untyped) number, as NumPy's ``item`` returns a Python ``int`` / ``float`` / ``bool``."""
+    return Const(x.value.value)
+
+
+_ITEM = Builtin("item", _item)
 
 
 class AccessMixin:
@@ -65,6 +74,8 @@ class AccessMixin:
             found = lookup_method(base.dtype, "to")
             assert found is not None
             return BoundMethod(found[1], Arg(base, node.value.span))
+        if base.dtype is not None and node.attr == "item":  # `np.int8(5).item()`: NumPy's Python number
+            return BoundMethod(_ITEM, Arg(base, node.value.span))
         if node.attr == "to" and isinstance(v, int | float):  # `i.to(i64)` of a static_range `i`: as `to(i, i64)`
             found = lookup_method(T.i32, "to")
             assert found is not None

@@ -3,7 +3,9 @@ value through ``computed_default``) and NumPy's own result of the expression mus
 expression be a clear diagnostic in both). The rows marked xfail are known differences (the
 fifty-fourth session's report): ``max(A, 1)`` is untyped at module level (a captured NumPy scalar is
 Python's number) but ``i8`` nested (a call computed it); ``A + 1`` is Python's number in both where
-NumPy gives ``int8``; ``np.int8(5).item()`` is SP0204 at module level but Python's int nested."""
+NumPy gives ``int8``. Both follow from the documented rule that a captured NumPy scalar is Python's
+number (docs/language.md); following NumPy there means typing captured NumPy scalars, a language
+decision left to the lead."""
 
 from __future__ import annotations
 
@@ -40,7 +42,10 @@ ROWS = [
     pytest.param("np.int16(300)", id="np.int16(300)"),
     pytest.param("max(A, 1)", id="max(A,1)", marks=pytest.mark.xfail(strict=True, reason=KNOWN)),
     pytest.param("A + 1", id="A+1", marks=pytest.mark.xfail(strict=True, reason=KNOWN)),
-    pytest.param("np.int8(5).item()", id="item()", marks=pytest.mark.xfail(strict=True, reason=KNOWN)),
+    # `.item()` of a typed constant is Python's number, as NumPy's (it was SP0204 "5 has no attribute
+    # `item`" at module level, Python's number nested)
+    pytest.param("np.int8(5).item()", id="np.int8(5).item()"),
+    pytest.param("np.uint8(200).item()", id="np.uint8(200).item()"),
 ]
 
 
@@ -58,3 +63,24 @@ def test_a_computed_default_follows_numpy_at_module_level_and_nested(tmp_path, e
         v = eval(expr, {"np": np, "A": module.A})  # (the table's own expressions)
         want = int(v * v + v)
     assert (_run(module.k), _run(module.make())) == (want, want)
+
+
+def test_item_of_a_typed_constant_in_a_kernel_body_is_pythons_number(tmp_path) -> None:
+    module = import_source(BODY, tmp_path, "np_item")
+    out = np.full(2, -12345, np.int64)
+    module.k.interpret[(1,)](out)
+    assert out.tolist() == [200 * 200 + 200, (200 * 200 + 200) % 256]  # .item(): untyped; without: u8 wraps
+
+
+BODY = '''
+import numpy as np
+import sparsile as sp
+
+
+@sp.jit
+def k(out):
+    a = np.uint8(200).item()
+    b = np.uint8(200)
+    sp.store(out, a * a + a)
+    sp.store(out + 1, b * b + b)
+'''
