@@ -81,6 +81,18 @@ def test_integer_scalars_match_numpy(dtype, numpy_name, data):
         A.encode_scalar(dtype, int(info.min) - 1, "n")
 
 
+def test_numpy_and_ml_dtypes_scalars_pack_as_their_typed_parameters():
+    """A NumPy scalar given for an unannotated parameter is a parameter of its own type (an
+    ``ml_dtypes.bfloat16`` a ``bf16`` one): the launcher packs it (the bfloat16, no numbers.Real,
+    was SP0708 "expects a number")."""
+    import ml_dtypes
+
+    assert A.encode_scalar("bf16", ml_dtypes.bfloat16(1.5)) == struct.pack("<H", 0x3FC0)
+    assert A.encode_scalar("f16", np.float16(-2.5)) == np.float16(-2.5).tobytes()
+    assert A.encode_scalar("i8", np.int8(-77)) == struct.pack("<b", -77)
+    assert A.encode_scalar("u8", np.uint8(200)) == struct.pack("<B", 200)
+
+
 def test_integer_scalars_accept_numpy_ints_and_reject_floats():
     assert A.encode_scalar("i32", np.int64(-7)) == struct.pack("<i", -7)
     with pytest.raises(LaunchError) as exc:
