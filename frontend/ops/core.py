@@ -87,6 +87,12 @@ F64_MATH = ("sqrt", "rsqrt", "abs", "floor", "ceil")
 instructions (``sqrt.rn.f64``, ``div.rn.f64``, ``cvt.rmi``/``cvt.rpi``, ``abs``). PTX has no f64
 ``ex2``/``lg2``/``sin``/``cos``, so the others refuse f64 (SP0347) rather than compute in f32."""
 
+F64_ORIGIN_HINT = ("an unannotated parameter given a NumPy float64 at the launch (`1 / np.sqrt(d)`) is f64: "
+                   "pass `float(v)` or annotate the parameter `f32`")
+"""Where an f64 operand of SP0347 most often comes from without the user writing f64: a NumPy float64
+scalar at a launch is typed f64, as NumPy computes with it (docs/language.md, "Specialization and
+launching"), unlike a Python float (f32)."""
+
 
 def numpy_dtype_of(t: T.Type) -> np.dtype:
     """The numpy dtype the interpreter holds a value of type ``t`` in (pointers: ``int64`` offsets)."""
@@ -383,7 +389,7 @@ def emit_binary(em: Emitter, pyop: str, a: Arg, b: Arg) -> Value:
         em.error("SP0347", "`**` of f64 is not supported: the GPU computes it only with f32 approximations "
                  "(PTX has no f64 ex2, lg2, sin or cos)", em.span,
                  help="compute in f32: `x.to(f32) ** y.to(f32)` (and `.to(f64)` the result if needed), or "
-                      "multiply explicitly for a whole power")
+                      "multiply explicitly for a whole power; " + F64_ORIGIN_HINT)
     return em.op1("arith.binary", [x, y], x.type, op=kind)
 
 
@@ -456,7 +462,7 @@ def _math(name: str) -> None:
             em.error("SP0347", f"`{name}` of f64 is not supported: the GPU computes it only with f32 approximations "
                      "(PTX has no f64 ex2, lg2, sin or cos)", x.span,
                      help=f"compute in f32: `{name}(x.to(f32))` (and `.to(f64)` the result if needed); "
-                          f"{', '.join(F64_MATH)} take f64")
+                          f"{', '.join(F64_MATH)} take f64; {F64_ORIGIN_HINT}")
         return em.op1("math", [v], v.type, fn=name)
 
     what = _MATH_DOCS[name]

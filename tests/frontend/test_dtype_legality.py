@@ -253,3 +253,26 @@ def test_fp8_truthiness_is_the_bit_test_on_every_target(t: str) -> None:
     kern.interpret[(1,)](bits.view(sp.e4m3.numpy_dtype if t == "e4m3" else sp.e5m2.numpy_dtype), y)
     truth = (bits & 0x7F) != 0
     np.testing.assert_array_equal(y, truth + 2 * ~truth)
+
+
+def test_a_numpy_float64_launch_argument_s_sp0347_says_where_its_f64_came_from() -> None:
+    """`1 / np.sqrt(d)` at a launch is NumPy's float64, typed f64 (docs/language.md); `exp` of it is
+    SP0347 at the operand, and the help names that origin and both fixes (float(v), an f32 annotation),
+    which then run right (float64 reference, poisoned output)."""
+
+    @sp.jit
+    def scaled_exp(x, out, alpha, BLOCK: sp.constexpr):
+        offs = sp.arange(0, BLOCK)
+        sp.store(out + offs, sp.exp(alpha * sp.load(x + offs)))
+
+    rng = np.random.default_rng(54)
+    x = rng.uniform(-1.0, 1.0, 64).astype(np.float32)
+    alpha = 1 / np.sqrt(np.float64(7.0))
+    with pytest.raises(CompileError) as info:
+        scaled_exp.interpret[(1,)](x, np.full(64, np.nan, np.float32), alpha, BLOCK=64)
+    (d,) = info.value.diagnostics
+    assert d.code == "SP0347" and d.message.startswith("`exp` of f64 is not supported")
+    assert "NumPy float64 at the launch" in d.help and "`float(v)`" in d.help and "`f32`" in d.help
+    out = np.full(64, np.nan, np.float32)
+    scaled_exp.interpret[(1,)](x, out, float(alpha), BLOCK=64)
+    np.testing.assert_allclose(out, np.exp(float(alpha) * x.astype(np.float64)), rtol=2e-6)
