@@ -360,12 +360,13 @@ def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any], empty: bool = F
 def _read_only(name: str, value: Any) -> LaunchError:
     """SP0719 for a read-only host array the kernel writes, as the launcher words it
     (``arrays.check_array_argument``)."""
-    from ..backend.runtime.arguments import READ_ONLY, describe_array
+    from ..backend.runtime.arguments import READ_ONLY, describe_array, read_only_error
 
     info = describe_array(value)
-    source = info.source if info is not None else type(value).__name__
-    return LaunchError(READ_ONLY, f"argument `{name}` is a read-only {source}, but the kernel writes through it",
-                       "pass a writable copy")
+    if info is None:
+        return LaunchError(READ_ONLY, f"argument `{name}` is a read-only {type(value).__name__}, but the kernel "
+                           "writes through it", "pass a writable copy")
+    return read_only_error(name, info)
 
 
 def _copy_back(host: Any, dev: Any, stream: Any = None) -> None:

@@ -32,7 +32,9 @@ from .arrays import (
     describe_array,
     host_view,
     is_c_contiguous,
+    is_jax_type,
     is_torch_type,
+    read_only_error,
     register_array_type,
     torch_device_pointer,
 )
@@ -101,6 +103,7 @@ __all__ = [
     "check_grid_fits_cluster", "check_pdl", "check_shared_memory", "constexpr_equal", "derived_value",
     "describe_array", "describe_value", "dlpack",
     "dtype_from_numpy", "dtype_from_torch", "dtype_info", "encode_scalar", "host_view", "is_c_contiguous",
-    "is_derived", "is_empty_grid", "is_torch_type", "layout_slots", "normalize_block", "normalize_grid", "numpy_dtype",
-    "register_array_type", "scalar_writer", "shared_host_copy", "stream_handle", "torch_device_pointer",
+    "is_derived", "is_empty_grid", "is_jax_type", "is_torch_type", "layout_slots", "normalize_block", "normalize_grid",
+    "numpy_dtype", "read_only_error", "register_array_type", "scalar_writer", "shared_host_copy", "stream_handle",
+    "torch_device_pointer",
 ]

@@ -75,6 +75,8 @@ class ArrayInfo(NamedTuple):
     host: np.ndarray | None = None
     keepalive: Any = None
     negated: bool = False
+    immutable: bool = False
+    """A JAX array (``readonly`` too): immutable, its memory possibly shared with other arrays."""
 
     @property
     def nbytes(self) -> int:
@@ -214,6 +216,29 @@ def _describe_dlpack(obj: Any, stream: int) -> ArrayInfo:
                      t.readonly, source, None, None, t.capsule)
 
 
+def is_jax_type(cls: type) -> bool:
+    """Whether instances of ``cls`` are JAX arrays (``jax.Array``'s implementation lives in jaxlib)."""
+    return cls.__module__.split(".")[0] in ("jax", "jaxlib")
+
+
+def _immutable(extractor: Callable[[Any, int], ArrayInfo | None]) -> Callable[[Any, int], ArrayInfo | None]:
+    """``extractor`` for a JAX array: read-only and immutable (JAX's DLPack and CUDA array
+    interface exports do not mark it read-only), its host view too, so that a kernel writing it is
+    SP0719 (:func:`read_only_error`) before any copy, as in the interpreter."""
+
+    def describe(value: Any, stream: int) -> ArrayInfo | None:
+        info = extractor(value, stream)
+        if info is None:
+            return None
+        host = info.host
+        if host is not None:
+            host = host.view()
+            host.flags.writeable = False
+        return info._replace(readonly=True, immutable=True, host=host)
+
+    return describe
+
+
 def _not_an_array(value: Any, stream: int) -> ArrayInfo | None:
     # Objects may carry the protocol as an instance attribute (a common Numba-docs pattern).
     if hasattr(value, "__cuda_array_interface__"):
@@ -225,6 +250,11 @@ _extractors: dict[type, Callable[[Any, int], ArrayInfo | None]] = {}
 
 
 def _choose_extractor(cls: type) -> Callable[[Any, int], ArrayInfo | None]:
+    extractor = _protocol_extractor(cls)
+    return _immutable(extractor) if is_jax_type(cls) and extractor is not _not_an_array else extractor
+
+
+def _protocol_extractor(cls: type) -> Callable[[Any, int], ArrayInfo | None]:
     if issubclass(cls, np.ndarray):
         return _describe_numpy
     torch = sys.modules.get("torch")
@@ -257,6 +287,19 @@ def describe_array(value: Any, stream: int = 0) -> ArrayInfo | None:
 # Checks on array arguments
 
 
+def read_only_error(name: str, info: ArrayInfo) -> LaunchError:
+    """SP0719 for a read-only array (``info``) passed for parameter ``name``, which the kernel writes.
+    A JAX array gets the interpreter's help (frontend/interp/host_arrays.py): JAX allocates the
+    outputs of sparsile.jax.call."""
+    if info.immutable:
+        return LaunchError(READ_ONLY, f"argument `{name}` is a read-only {info.source.split(' (')[0]} (a JAX array: "
+                           "immutable, and JAX may share its memory with other arrays, constants or caches), but "
+                           "the kernel writes through it", "pass a numpy array or a torch tensor (e.g. `np.array(x)`), "
+                           "or call the kernel through sparsile.jax.call, whose outputs JAX allocates")
+    return LaunchError(READ_ONLY, f"argument `{name}` is a read-only {info.source}, but the kernel writes through it",
+                       "pass a writable copy")
+
+
 def check_array_argument(name: str, dtype: str, info: ArrayInfo, *, device: int, allow_host: bool,
                          writes: bool, aligned16: bool = False, contiguous: bool = True) -> None:
     """All checks of an array passed for a ``ptr[dtype]`` (or tensor-map) parameter of a kernel
@@ -272,8 +315,7 @@ def check_array_argument(name: str, dtype: str, info: ArrayInfo, *, device: int,
                           f"pass `{name}.resolve_neg()` (a copy with the negation applied; resolve_conj() for a "
                           "conjugate bit)")
     if info.readonly and writes:
-        raise LaunchError(READ_ONLY, f"argument `{name}` is a read-only {info.source}, but the kernel "
-                          "writes through it", "pass a writable copy")
+        raise read_only_error(name, info)
     if info.device == HOST:
         if not allow_host:
             raise LaunchError(ARG_HOST_MEMORY, f"argument `{name}` is a {info.source} in host memory, but "

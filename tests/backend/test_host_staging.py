@@ -173,3 +173,69 @@ def test_gpu_partially_overlapping_host_arrays_are_sp0750() -> None:
         k[(1,)](base[:128], base[64:192], 128)
     assert info.value.code == "SP0750"
     assert not base.any()
+
+
+# ------------------------------------------------------------------------------------------------
+# JAX arrays are immutable: a launch refuses to write one (SP0719, as the interpreter does)
+
+JAX_HELP = ("pass a numpy array or a torch tensor (e.g. `np.array(x)`), or call the kernel through sparsile.jax.call, "
+            "whose outputs JAX allocates")
+
+
+def _assert_jax_written(exc: LaunchError, name: str) -> None:
+    assert exc.code == "SP0719"
+    assert str(exc).splitlines()[0] == (
+        f"error[SP0719]: argument `{name}` is a read-only ArrayImpl (a JAX array: immutable, and JAX may share its "
+        "memory with other arrays, constants or caches), but the kernel writes through it")
+    assert exc.help == JAX_HELP
+
+
+def test_a_jax_cpu_array_the_kernel_writes_is_refused_before_it_is_copied(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A JAX CPU array reached the launcher as DLPack host memory, not marked read-only (JAX's export
+    does not say so): the launch copied it to the device and the result back into JAX's buffer,
+    mutating an immutable array in place. It is SP0719 now, before it is copied (the arguments
+    before it were staged and are freed); one the kernel only reads is still staged. (The launcher
+    runs against the fake driver.)"""
+    jnp = pytest.importorskip("jax.numpy")
+    from sparsile.tests.backend.test_runtime_driver import FakeDriver
+
+    if R.has_gpu():
+        pytest.skip("the fake driver is for machines without a GPU")
+    fake = FakeDriver(monkeypatch)
+    module = R.load_module(b"\x7fELF fake cubin")
+    spec = R.arguments.ParamSpec((R.arguments.PointerParam("x", "f32", readonly=True),
+                                  R.arguments.PointerParam("out", "f32"), R.arguments.ScalarParam("n", "i32")))
+    launcher = R.Launcher(module.function("axpy"), spec)
+    fake.param_sizes = [8, 8, 4]
+    values = np.random.default_rng(3).standard_normal(100).astype(np.float32)
+    x, out = jnp.asarray(values), jnp.asarray(values[::-1].copy())
+    before = len(fake.calls)
+    with pytest.raises(LaunchError) as info:
+        launcher(1, (x, out, 100))
+    _assert_jax_written(info.value, "out")
+    copies = [(n, args) for n, args in fake.calls[before:] if n.startswith("cuMem")]
+    assert [n for n, _ in copies] == ["cuMemAlloc", "cuMemcpyHtoDAsync", "cuMemFree"]  # `x` only, freed
+    assert int(copies[1][1][1]) == x.unsafe_buffer_pointer() and fake.launches == []
+    np.testing.assert_array_equal(np.asarray(out), values[::-1])
+    before = len(fake.calls)
+    launcher(1, (x, np.zeros(100, np.float32), 100))  # a JAX array the kernel only reads: staged as before
+    assert len(fake.launches) == 1
+    copies = [n for n, _ in fake.calls[before:] if n.startswith("cuMemcpy")]
+    assert copies == ["cuMemcpyHtoDAsync", "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync"]  # in, in, `out` back
+
+
+def test_tma_staging_refuses_a_written_jax_cpu_array_before_staging(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kernel[grid](...)`` stages host arrays read through TMA itself; a JAX CPU array the kernel
+    writes through another parameter is checked there, before the TMA copy, empty grid or not."""
+    jnp = pytest.importorskip("jax.numpy")
+    monkeypatch.setattr(R, "DeviceBuffer", _FakeDevice)
+    a = np.arange(16, dtype=np.float32)
+    out = jnp.asarray(np.arange(16, dtype=np.float32) * 2)
+    for empty in (False, True):
+        bound: dict[str, Any] = {"a": a, "out": out}
+        with pytest.raises(LaunchError) as info:
+            launch._stage_tma_host_arrays(_launcher(["a"], {"out"}), bound, empty=empty)
+        _assert_jax_written(info.value, "out")
+        assert bound["a"] is a  # not staged
+    bound = {"a": a, "x": out}  # read, not written: the TMA array is staged
+    assert launch._stage_tma_host_arrays(_launcher(["a"], set()), bound) == [] and isinstance(bound["a"], _FakeDevice)

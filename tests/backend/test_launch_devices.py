@@ -281,3 +281,20 @@ def test_data_ptr_arrays_on_two_gpus_each_keep_their_fast_entry(gpus: TwoGpus, m
     assert not binds and gpus.loads == [0, 1]
     fast = k.__dict__["_fast_launches"]
     assert fast.key((*on_data_ptr(0), 1024), {"BLOCK": 256}) != fast.key((*on_data_ptr(1), 1024), {"BLOCK": 256})
+
+
+def test_a_jax_cpu_array_the_kernel_writes_is_refused_by_kernel_grid(gpus: TwoGpus) -> None:
+    """``kernel[grid](...)`` given a JAX CPU array for the output (outside sparsile.jax) staged it and
+    copied the result back into JAX's immutable buffer; it is SP0719 now, as in the interpreter,
+    before it is staged. JAX arrays the kernel only reads are staged as host arrays."""
+    jnp = pytest.importorskip("jax.numpy")
+    rng = np.random.default_rng(11)
+    x, y = (jnp.asarray(rng.standard_normal(1024).astype(np.float32)) for _ in range(2))
+    k = vadd()
+    with pytest.raises(LaunchError) as info:
+        k[(4,)](x, y, jnp.zeros(1024, jnp.float32), 1024, BLOCK=256)
+    assert info.value.code == "SP0719" and "argument `out` is a read-only ArrayImpl (a JAX array" in str(info.value)
+    assert "sparsile.jax.call" in info.value.help
+    assert gpus.staged == [0, 0] and gpus.launches == []  # `x` and `y` (read), not `out`
+    k[(4,)](x, y, np.zeros(1024, np.float32), 1024, BLOCK=256)
+    assert gpus.staged == [0, 0] * 2 + [0] and gpus.launches == [(0x500, 0)]
