@@ -25,6 +25,7 @@ The plan a call builds is :class:`~.plan.CallPlan` (:mod:`.plan`), the primitive
 from __future__ import annotations
 
 import contextlib
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -328,9 +329,12 @@ def _describe(plan: CallPlan, operands: list[Any], structs: list[Any]) -> str:
 
 
 def _aliases(given: Mapping[int, int] | None, operands: list[Any], structs: list[Any]) -> dict[int, int]:
-    """Checked ``input_output_aliases``: operand index -> output index, same shape and dtype."""
+    """Checked ``input_output_aliases``: operand index -> output index (Python ints; NumPy integers
+    are taken too, as JAX takes them), same shape and dtype."""
     out: dict[int, int] = {}
     for i, o in (given or {}).items():
+        if isinstance(i, numbers.Integral) and isinstance(o, numbers.Integral):
+            i, o = int(i), int(o)  # (np.int64(0): the plan's key and XLA's attribute take Python ints)
         if not (isinstance(i, int) and 0 <= i < len(operands) and isinstance(o, int) and 0 <= o < len(structs)):
             raise JaxCallError(SP_JAX_WRITES_INPUT, f"input_output_aliases {{{i}: {o}}} names no array argument "
                                f"or no output (there are {len(operands)} array arguments and {len(structs)} outputs)",

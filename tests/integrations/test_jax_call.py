@@ -159,6 +159,27 @@ def test_a_donated_aliased_input_becomes_the_output(interpret: bool) -> None:
     _within_f32_rounding(np.asarray(g(jnp.asarray(x))), 3.0 * x.astype(np.float64), 3.0 * np.abs(x.astype(np.float64)))
 
 
+@pytest.mark.parametrize("interpret", [False, True], ids=["ffi", "callback"])
+@pytest.mark.parametrize("aliases", [{np.int64(1): 0}, {1: np.int32(0)}, {np.uint8(1): np.int64(0)}],
+                         ids=["np-key", "np-value", "np-both"])
+def test_input_output_aliases_take_numpy_integers(interpret: bool, aliases: dict) -> None:
+    """NumPy integers are indices, as JAX takes them: ``{np.int64(1): 0}`` (e.g. an index computed
+    with numpy) was SP0933 "names no array argument", though argument 1 is an array. The call is
+    the one ``{1: 0}`` makes (the same lowered program)."""
+    x, y = _inputs()
+    s = jax.ShapeDtypeStruct((N,), jnp.float32)
+
+    def f(a: jax.Array, b: jax.Array, given: dict) -> jax.Array:
+        return call(scale_add, (3,), a, b, out_shapes=s, n=N, alpha=2.0, input_output_aliases=given,
+                    interpret=interpret)
+
+    _within_f32_rounding(np.asarray(jax.jit(lambda a, b: f(a, b, aliases))(x, y)), 2.0 * x.astype(np.float64) + y,
+                         2.0 * np.abs(x.astype(np.float64)) + np.abs(y))
+    text = jax.jit(lambda a, b: f(a, b, aliases)).lower(x, y).as_text()
+    assert interpret or "output_operand_alias" in text  # (the callback's program aliases nothing)
+    assert text == jax.jit(lambda a, b: f(a, b, {1: 0})).lower(x, y).as_text()
+
+
 def test_kernel_may_write_an_aliased_input() -> None:
     x, _ = _inputs(64)
     out = call(writes_x, (1,), x, out_shapes=jax.ShapeDtypeStruct((64,), jnp.float32), n=64,
