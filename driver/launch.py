@@ -42,7 +42,9 @@ def param_spec(kernel: Any, bindings: dict[str, Any], params: list[KernelParam],
     for p in kernel.params:
         b = bindings[p.name]
         if isinstance(b, Const):  # a typed constant (`np.int8(3)`, `sp.i8(3)`) as its NumPy scalar: not `3`
-            value = b.value if b.dtype is None or b.value is None else T.numpy_dtype(b.dtype).type(b.value)
+            value = b.value if b.dtype is None or b.value is None else (
+                T.TypedConstant(b.value, b.dtype) if b.dtype is T.tf32 else  # (NumPy's would be f32's)
+                T.numpy_dtype(b.dtype).type(b.value))
             spec.append(ConstexprParam(p.name, value))
             continue
         for kp in by_name[p.name]:

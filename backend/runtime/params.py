@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from ...frontend.diagnostics import InternalError, LaunchError
+from ...frontend.ir import types as T
+from ...frontend.sema.consts import typed_constant
+from ...frontend.sema.jit_globals import numpy_scalar_constant
 from .codes import ARG_COUNT, ARG_KEYWORD, ARG_SHAPE
 from .dtypes import dtype_info
 
@@ -69,18 +72,43 @@ def constexpr_equal(value: Any, expected: Any) -> bool:
     for: equal, and of the same kind element by element (``2`` is not ``2.0`` nor ``True``, ``0.0``
     is not ``-0.0``: each is another specialization, as in ``frontend/sema/specialize.py``; a numpy
     scalar is a typed constant of its own type, ``np.int8(3)`` neither ``3`` nor ``np.int16(3)``
-    (``np.True_`` is ``True``), a list its tuple); a comparison that raises or gives no truth
-    value counts as unequal."""
+    but the same as ``sp.i8(3)`` (``np.True_`` is ``True``), a list its tuple); a comparison that
+    raises or gives no truth value counts as unequal."""
     try:
         return _same_constexpr(value, expected)
     except Exception:
         return False
 
 
-def _constexpr_kind(v: Any) -> type:
+@dataclass(frozen=True)
+class _Typed:
+    """A typed constant as sema has it (frontend/sema/specialize.py): its language type and value."""
+
+    type_name: str
+    value: bool | int | float
+
+
+def _typed(v: Any) -> Any:
+    """``v`` with a typed constant, ``sp.i8(3)`` or ``np.int8(3)`` (one constant: the i8 3), as
+    :class:`_Typed`, a bool one (``np.True_``) as Python's bool; another value as it is. Raises
+    for a typed constant that has no value (``sp.i8(1e300)``): unequal to any."""
+    if isinstance(v, T.TypedConstant):
+        c = typed_constant(v)
+    elif isinstance(v, np.generic) and not isinstance(v, str | bytes) and not isinstance(v, np.bool_):
+        c = numpy_scalar_constant(v)
+        if c is None:  # a NumPy type the language has none for (np.complex64): its own kind
+            return v
+    else:
+        return v
+    return bool(c.value) if c.dtype.is_bool else _Typed(c.dtype.name, c.value)
+
+
+def _constexpr_kind(v: Any) -> type | str:
     if isinstance(v, bool | np.bool_):
         return bool
-    if isinstance(v, np.generic) and not isinstance(v, str | bytes):  # np.int8(3) is i8's 3, not Python's 3
+    if isinstance(v, _Typed):  # np.int8(3) is i8's 3, not Python's 3
+        return v.type_name
+    if isinstance(v, np.generic) and not isinstance(v, str | bytes):
         return type(v)
     if isinstance(v, numbers.Integral):
         return int
@@ -90,11 +118,14 @@ def _constexpr_kind(v: Any) -> type:
 
 
 def _same_constexpr(value: Any, expected: Any) -> bool:
+    value, expected = _typed(value), _typed(expected)
     kind = _constexpr_kind(value)
-    if kind is not _constexpr_kind(expected):
+    if kind != _constexpr_kind(expected):
         return False
     if kind is tuple:
         return len(value) == len(expected) and all(_same_constexpr(a, b) for a, b in zip(value, expected))
+    if isinstance(kind, str):
+        return _same_constexpr(value.value, expected.value)  # (by float bits: i8's 3 is not 3.0)
     if kind is float or (issubclass(kind, np.generic) and not issubclass(kind, np.integer)):
         value, expected = float(value), float(expected)
         if value != value:  # NaN: the value a kernel compiled for NaN was given again

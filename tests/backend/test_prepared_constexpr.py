@@ -90,6 +90,52 @@ def test_the_launchers_own_constexpr_check(gpu):  # noqa: F811
         assert exc.value.code == "SP0718" and "the kernel was compiled for V = int 2" in str(exc.value)
 
 
+def test_a_typed_constant_is_its_numpy_scalar(gpu):  # noqa: F811
+    """``sp.i8(3)`` and ``np.int8(3)`` are one constant, the i8 3 (frontend/sema/specialize.py):
+    a launch prepared (or a launcher compiled) for one refused the other with SP0718. Python's ``3``,
+    ``np.int16(3)`` and ``sp.i16(3)`` are still other constants."""
+    gpu.sizes = [8, 8, 4]
+    x, _, out = arrays()
+    for prepared_for, same in ((np.int8(3), sp.i8(3)), (sp.i8(3), np.int8(3)), (sp.i8(3), sp.i8(3))):
+        launch_ = shift[(4,)].prepare(x, out, 1024, prepared_for)
+        launch_(x, out, 1024, same)
+        for other in (3, np.int16(3), sp.i16(3), sp.i8(4)):
+            with pytest.raises(LaunchError) as exc:
+                launch_(x, out, 1024, other)
+            assert exc.value.code == "SP0718"
+    shift[(4,)](x, out, 1024, np.int8(3))
+    launcher = next(iter(shift.__dict__["_launchers"].values()))  # compiled for np.int8(3)
+    launcher((4,), [x, out, 1024, sp.i8(3), MISSING])
+    with pytest.raises(LaunchError) as exc:
+        launcher((4,), [x, out, 1024, sp.i16(3), MISSING])
+    assert exc.value.code == "SP0718" and "the kernel was compiled for V = int8 np.int8(3)" in str(exc.value)
+
+
+def test_a_launcher_compiled_for_a_tf32_constant_takes_it_again(gpu):  # noqa: F811
+    """The launcher held a typed constexpr as its NumPy scalar, and tf32's is float32's: compiled for
+    ``sp.tf32(2.0)``, it refused ``sp.tf32(2.0)`` and took ``np.float32(2.0)``, another constant."""
+    gpu.sizes = [8, 8, 4]
+    x, _, out = arrays()
+    shift[(4,)](x, out, 1024, sp.tf32(2.0))
+    launcher = next(iter(shift.__dict__["_launchers"].values()))
+    launcher((4,), [x, out, 1024, sp.tf32(2.0), MISSING])
+    with pytest.raises(LaunchError) as exc:
+        launcher((4,), [x, out, 1024, np.float32(2.0), MISSING])
+    assert exc.value.code == "SP0718" and "the kernel was compiled for V = TypedConstant tf32(2.0)" in str(exc.value)
+
+
+def test_constexpr_equal_of_typed_constants():
+    assert constexpr_equal(sp.i8(3), np.int8(3)) and constexpr_equal(np.int8(3), sp.i8(3))
+    assert constexpr_equal(sp.f16(0.1), np.float16(0.1)) and constexpr_equal(sp.u8(250), np.uint8(250))
+    assert constexpr_equal(sp.i8(3), sp.i8(3)) and constexpr_equal((sp.i8(3), 2), (np.int8(3), 2))
+    assert not constexpr_equal(sp.i8(3), 3) and not constexpr_equal(3, sp.i8(3))
+    assert not constexpr_equal(sp.i8(3), np.int16(3)) and not constexpr_equal(sp.i8(3), sp.i16(3))
+    assert not constexpr_equal(sp.f32(-0.0), sp.f32(0.0))  # (equal as dataclasses: -0.0 == 0.0)
+    assert not constexpr_equal(sp.f32(-0.0), np.float32(0.0)) and constexpr_equal(sp.f32(-0.0), np.float32(-0.0))
+    assert not constexpr_equal(sp.tf32(1.5), np.float32(1.5)) and constexpr_equal(sp.tf32(1.5), sp.tf32(1.5))
+    assert not constexpr_equal(sp.f32(1.5), 1.5) and not constexpr_equal(sp.i8(1), True)
+
+
 def test_constexpr_equal():
     assert constexpr_equal(3, 3) and constexpr_equal(np.int32(3), np.int32(3)) and constexpr_equal(2.5, 2.5)
     # a numpy scalar is the typed constant of its own type (np.int32(3) is i32(3)): not Python's 3 nor np.int16(3)
