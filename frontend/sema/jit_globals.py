@@ -10,6 +10,7 @@ from __future__ import annotations
 import types as pytypes
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from ..diagnostics import CompileError, Diagnostic
@@ -96,18 +97,34 @@ def computed_default(value: Any, node: A.Expr, wrapped: Any) -> Any:
     """A nested kernel's default as a module-level kernel's is: Python's ``value`` (``wrapped``, as
     a captured value is) when the default's source ``node`` reads it (``a=v``, ``a=cfg.X``: a
     NumPy scalar is Python's number then, as a module global is), but the typed constant of a NumPy
-    scalar that the source computes by a call (``a=np.int8(100)``: the ``i8`` constant, as sema's
-    evaluation of that call is at module level), element by element in a tuple or list. A computed NumPy
+    scalar that the source computes by calling a NumPy scalar type (``a=np.int8(100)``,
+    ``a=np.int8(5) + 1``: the ``i8`` constant, as sema's evaluation of that call is at module level),
+    element by element in a tuple or list. Another call (``a=max(A, 1)``, A a global ``np.int8``) is
+    Python's number, as at module level, where the global it reads is. A computed NumPy
     scalar of a type the language has none for is SP0302 at the default, as the call is."""
     if isinstance(value, tuple | list) and isinstance(node, A.Tuple | A.List) and isinstance(wrapped, tuple) \
             and len(value) == len(node.elts) == len(wrapped):
         return tuple(computed_default(v, n, w) for v, n, w in zip(value, node.elts, wrapped, strict=True))
-    if not isinstance(value, np.generic) or not any(isinstance(n, A.Call) for n in A.walk(node)):
+    if not isinstance(value, np.generic) or not any(_constructs_numpy_scalar(n) for n in A.walk(node)):
         return wrapped
     typed = numpy_scalar_constant(value)
     if typed is not None:
         return typed
     raise CompileError([numpy_without_type_diagnostic(type(value).__name__, node.span)])
+
+
+def _constructs_numpy_scalar(node: A.Node) -> bool:
+    """Whether ``node`` calls a NumPy (or ml_dtypes) scalar type by its name (``np.int8(...)``,
+    ``int8(...)``, ``ml_dtypes.bfloat16(...)``): the calls sema evaluates to a typed constant at
+    module level."""
+    if not isinstance(node, A.Call):
+        return False
+    func = node.func
+    name = func.attr if isinstance(func, A.Attribute) else func.id if isinstance(func, A.Name) else None
+    if name is None:
+        return False
+    scalar = getattr(np, name, None) or getattr(ml_dtypes, name, None)
+    return isinstance(scalar, type) and issubclass(scalar, np.generic)
 
 
 def default_diagnostic(param: str, constexpr: bool, value: Any, span: Span) -> Diagnostic | None:
