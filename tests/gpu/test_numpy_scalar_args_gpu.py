@@ -10,25 +10,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import sparsile as sp
+from sparsile.tests.frontend.test_jit_numpy_launch import N, constant, run_time
 
 pytestmark = pytest.mark.gpu
 
-N = 128
-
-
-@sp.jit
-def run_time(x, out, a):
-    i = sp.arange(0, N)
-    c = a * a + a
-    sp.store(out + i, sp.load(x + i) + c)
-
-
-@sp.jit
-def constant(x, out, a: sp.constexpr):
-    i = sp.arange(0, N)
-    c = a * a + a
-    sp.store(out + i, sp.load(x + i) + c)
 
 
 @pytest.mark.parametrize("kernel", [run_time, constant], ids=["run-time", "constexpr"])

@@ -12,17 +12,10 @@ jnp = pytest.importorskip("jax.numpy")
 
 import sparsile as sp  # noqa: E402
 from sparsile.integrations.jax import JaxCallError, SparseLinear, call, sparse_linear  # noqa: E402
+from sparsile.tests.integrations.test_jax_call import scale_add  # noqa: E402
 
 N = 300
 OUT = jax.ShapeDtypeStruct((N,), jnp.float32)
-
-
-@sp.jit
-def scale_add(x: sp.ptr[sp.f32], y: sp.ptr[sp.f32], out: sp.ptr[sp.f32], n: sp.i32, alpha: sp.f32,
-              BLOCK: sp.constexpr = 128):
-    offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
-    mask = offs < n
-    sp.store(out + offs, alpha * sp.load(x + offs, mask=mask) + sp.load(y + offs, mask=mask), mask=mask)
 
 
 def _inputs() -> tuple[np.ndarray, np.ndarray]:
