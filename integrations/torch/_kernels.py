@@ -277,6 +277,9 @@ class LaunchRecord:
         self.foreign: set[int | None] = set() if lasting(stream, x.device.index or 0) else {stream}
         self.waited: frozenset[int | None] = frozenset()  # with PDL: the streams the last write's wait named
         self.kept, self.streams = kept, {stream}
+        # every stream its buffers are marked used on (each it launched on, each a refresh of its copies ran
+        # on), forgotten or not: torch's free of them names each (an event there), graph_life.frees_captured asks
+        self.marked: set[int | None] = {stream}
         if self.prepared is not None:
             self.plan = None  # it holds the first call's x and y; the prepared launches take them per call
         if self.pdl:
@@ -447,6 +450,7 @@ class LaunchRecord:
         # whose copy must be done before the allocator hands their memory out again (see used_on)
         stream = _current_stream(w.values.device)
         if pairs and stream is not None and stream not in self.streams:
+            self.marked.add(stream)
             used_on([old for old, _ in pairs], stream)
         return True
 
@@ -467,8 +471,10 @@ class LaunchRecord:
 
         A stream somebody else owns (``foreign``: its owner may have destroyed it since) is named
         only where it is the current stream; any other is forgotten instead (taken out of
-        ``streams``), so that the record's next launch there, with that stream current and alive,
-        is a first launch on it, which waits for it (:meth:`_launches_on`)."""
+        ``streams``, not out of ``marked``: torch's free of the buffers marked used there names it,
+        and :func:`~.graph_life.frees_captured` asks it first), so that the record's next launch
+        there, with that stream current and alive, is a first launch on it, which waits for it
+        (:meth:`_launches_on`)."""
         if self.pdl and not capturing():
             device = self.weight.values.device
             current = _current_stream(device)
@@ -491,6 +497,7 @@ class LaunchRecord:
             self.foreign.discard(stream)
         else:
             self.foreign.add(stream)
+        self.marked.add(stream)  # (before the mark: a free on another thread meanwhile asks it)
         self.streams.add(stream)
         used_on(self.kept, stream)
         if self.pdl and not in_capture and stream not in self.waited:

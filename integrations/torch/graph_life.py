@@ -148,22 +148,25 @@ def frees_captured(record: Any) -> bool:
     """Whether dropping ``record`` now would put frees into a capture: with ``cudaMallocAsync``, a
     tensor allocated in a capture is ``cudaFreeAsync``-ed on the stream it was allocated on (with
     events on the streams it was recorded on), so where one of the streams the record ran on (its
-    ``streams``: its capture's stream, where it planned its scratch) is capturing now, the free would
+    ``marked``: its capture's stream, where it planned its scratch, and every stream its buffers are
+    marked used on, a stream a PDL record forgot included) is capturing now, the free would
     become a node of that capture's graph (freeing the memory at each of its replays). That stream is
     asked itself, whether or not a sparsile call noted it (:func:`saw_capture`: torch's own streams
     only): a capture there on an external stream, or on one whose note was dropped, is seen too. Each
     handle asked is one torch's own free of the record's tensors names right after (``cudaFreeAsync``
     on the stream they were allocated on, an event on each stream ``record_stream`` marked): a stream
     its owner destroyed while they lived breaks that free whatever is asked here
-    (``torch.cuda.ExternalStream``'s contract), and a PDL record forgets such a stream before its
-    wait names it (noted_streams.py). The per-thread default stream (2) is asked on the calling
-    thread, whose per-thread stream is where torch's free on that handle from this thread goes (its
+    (``torch.cuda.ExternalStream``'s contract: its owner keeps it alive while they live). A PDL
+    record's wait forgets a stream somebody else owns (noted_streams.py), but it stays in
+    ``marked``: torch's free records an event there, which joins the allocation stream into a
+    capture on it. The per-thread default stream (2) is asked on the calling thread, whose
+    per-thread stream is where torch's free on that handle from this thread goes (its
     ``record_stream`` marks are on the legacy stream: graph_pools.usage_stream). Where the driver
     gives no answer the record is dropped, as before. Never with the native allocator
     (:func:`frees_in_capture`)."""
     if frees_in_capture():
         return False
-    return any(stream and stream_capturing(stream) for stream in tuple(record.streams))
+    return any(stream and stream_capturing(stream) for stream in tuple(record.marked))
 
 
 def _held(payload: tuple[Any, Any]) -> bool:

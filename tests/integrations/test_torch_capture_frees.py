@@ -26,10 +26,10 @@ class _Tensors:
 
 
 class _Record:
-    """A held record as drop_held sees it: the streams it ran on, and its tensors."""
+    """A held record as drop_held sees it: the streams its buffers are marked used on, and its tensors."""
 
     def __init__(self, streams: set[int]):
-        self.streams = streams
+        self.marked = streams
         self.tensors = _Tensors()
 
 
@@ -125,7 +125,7 @@ def test_a_held_record_is_let_go_of_by_a_garbage_collection_once_no_capture_is_u
     capturing = {7}
     asked[7] = lambda: 7 in capturing
     record = object.__new__(capture_frees.CaptureRecord)  # (its finalizer looks at its streams only)
-    record.streams = {7}
+    record.marked = {7}
     record.tensors = _Tensors()
     tensors = weakref.ref(record.tensors)
     del record  # the finalizer holds it: stream 7 captures

@@ -888,7 +888,7 @@ def test_frees_captured_asks_the_record_s_own_streams_under_cuda_malloc_async_on
     monkeypatch.setattr(capture_mode, "_IS_CAPTURING", lambda stream: asked.append(stream) or answers[stream])
     expected = {(0, 7): True, (8,): False, (9,): False, (0, 8, 9): False, (8, 7): True}
     for streams, held in expected.items():
-        got = graph_life.frees_captured(SimpleNamespace(streams=set(streams)))
+        got = graph_life.frees_captured(SimpleNamespace(marked=set(streams)))
         assert got is (held and backend == "cudaMallocAsync"), (streams, got)
     assert 0 not in asked and (asked == [] if backend == "native" else set(asked) == {7, 8, 9})
 

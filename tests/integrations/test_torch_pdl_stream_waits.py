@@ -292,3 +292,32 @@ def test_a_layer_s_last_call_on_a_forgotten_stream_takes_the_full_path(waits, fa
     waits.syncs.clear()
     assert cache.sync(w.values) == 0
     assert waits.syncs == [(11, 0, True)] and cache.last is None and named_dead == []
+
+
+def test_a_forgotten_foreign_stream_is_still_asked_before_the_record_s_buffers_are_freed(waits, fake, monkeypatch):
+    """A PDL record launched on a foreign stream (40), whose buffers are marked used there (``record_stream``):
+    a weight write's wait on another stream forgets 40 (never synchronized from a note), but torch's free of
+    those buffers still records an event on 40 (cudaMallocAsync: event on 40, the allocation stream waits for
+    it, then ``cudaFreeAsync``). Where another thread captures on 40 then, that event joins the allocation
+    stream into the capture and the free becomes a node of its graph: graph_life.frees_captured must still
+    ask 40 (the owner keeps it alive while the record lives, as torch's free needs). Before, forgetting 40 took
+    it out of the only set frees_captured asks, and the record was let go of into that capture."""
+    from sparsile.backend.runtime import capture_mode
+    from sparsile.integrations.torch import graph_life
+
+    fake.foreign_streams.add(40)
+    cache, w = RecordCache(pdl=True), _weight()
+    waits.current = 11
+    record, x = _on_streams(cache, w, 11)
+    waits.current = 40
+    cache.run((4,), x, w, None, torch.float32, stream=40)
+    w.values.add_(1.0)
+    waits.current = 11
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    assert 40 not in record.streams  # forgotten: never named by a later wait
+    other_captures = {40}  # thread B captures on 40
+    monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: "cudaMallocAsync")
+    monkeypatch.setattr(capture_mode, "_IS_CAPTURING", lambda stream: stream in other_captures)
+    assert graph_life.frees_captured(record)
+    other_captures.clear()
+    assert not graph_life.frees_captured(record)

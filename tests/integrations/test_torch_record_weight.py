@@ -447,6 +447,33 @@ def test_a_refresh_on_another_stream_marks_the_copies_used_there(fake, monkeypat
     assert stream == 0 and len(tensors) == 1 and tensors[0] is copy_of_values(record)
 
 
+def test_a_stream_a_refresh_marked_is_asked_before_the_record_is_freed(fake, monkeypatch):
+    """A refresh of the copies on a stream the record never ran on (21) marks them used there: torch's free
+    of them (cudaMallocAsync) records an event on 21, which joins their allocation stream into a capture under
+    way on 21, putting the free into that capture's graph. So graph_life.frees_captured asks 21 too. Before,
+    it asked only the streams the record launched on, and a record let go of during a capture on 21 (another
+    thread's, on a stream no sparsile call noted) was freed into it."""
+    from sparsile.backend.runtime import capture_mode
+    from sparsile.integrations.torch import graph_life
+
+    current = [11]
+    monkeypatch.setattr(kernels, "_current_stream", lambda device: current[0])
+    cache, w = RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (record,) = cache.records.values()
+    current[0] = 21
+    w.values.add_(1.0)
+    assert cache.sync(w.values) == 0 and torch.equal(copy_of_values(record), w.values)
+    assert record.streams == {11}
+    capturing = {21}  # another thread captures on 21
+    monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: "cudaMallocAsync")
+    monkeypatch.setattr(capture_mode, "_IS_CAPTURING", lambda stream: stream in capturing)
+    assert graph_life.frees_captured(record)
+    capturing.clear()
+    assert not graph_life.frees_captured(record)
+
+
 def test_load_state_dict_refreshes_only_the_records_it_keeps(fake, monkeypatch):
     """SparseLinear._invalidate empties the layer's cache (its uncaptured records are dropped, and
     rebuilt from the loaded weight when called) and then syncs what stays: the records a graph
