@@ -905,11 +905,21 @@ def _held() -> dict:
 
 @pytest.fixture
 def held():
-    """The held records, empty before and after the test (a held record must not outlive its test's fakes)."""
+    """The held records, empty before and after the test (a held record must not outlive its test's fakes). No
+    automatic garbage collection meanwhile: its hook (capture_frees._after_collection) lets a held record go at
+    the end of any collection that finds no capture, so one at a moment no test chose (on Python 3.12+ at any
+    eval-breaker check after an allocation) would free a record the test expects held, or free one the test
+    expects a call to free. The tests collect where they mean to."""
     records = _held()
     assert not records
-    yield records
-    records.clear()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield records
+    finally:
+        records.clear()
+        if enabled:
+            gc.enable()
 
 
 @pytest.mark.parametrize("backend", ["cudaMallocAsync", "native"])
@@ -949,13 +959,14 @@ def test_a_weight_collected_during_a_capture_frees_nothing_its_capture_allocated
     _call(cache, other, x)  # (a call inside a capture drops nothing)
     gc.collect()
     assert all(t() is not None for t in tensors)
+    other_captures.add(7)  # (B's capture begins before this thread's ends: no moment without a capture)
     _capture(fake, monkeypatch, None)
-    other_captures.add(7)
     _side_call(cache, other, x)  # (outside a capture, but B captures on stream 7)
     gc.collect()
     assert all(t() is not None for t in tensors)
     other_captures.clear()  # the captures ended
     _side_call(cache, other, x)
+    assert not held  # let go of by the call, not by a collection (its hook would let it go too)
     gc.collect()
     assert captured() is None and all(t() is None for t in tensors) and not held
 
@@ -1005,8 +1016,7 @@ def test_a_cache_collected_with_its_layer_during_a_capture_frees_nothing_its_cap
     other_captures.clear()
     second, other = RecordCache(), _weight()
     _side_call(second, other, x)
-    gc.collect()
-    assert not _alive(marks) and not held
+    assert not _alive(marks) and not held  # freed by the call, before any collection (whose hook would free them)
 
 
 def test_a_layer_s_fast_path_takes_the_full_path_while_records_are_held(fake, graphs, monkeypatch, other_captures,
@@ -1027,13 +1037,10 @@ def test_a_layer_s_fast_path_takes_the_full_path_while_records_are_held(fake, gr
     del w
     gc.collect()
     assert all(t() is not None for t in tensors) and last(x) is None
-    gc.disable()  # (a collection's hook would let the record go now: capture_frees._after_collection)
-    try:
-        other_captures.clear()
-        assert last(x) is None and all(t() is not None for t in tensors)
-        layer.run((4,), x, other, None, torch.float32, stream=9)  # the full path
-    finally:
-        gc.enable()
+    other_captures.clear()  # (no automatic collection: the held fixture; its hook would let the record go now)
+    assert last(x) is None and all(t() is not None for t in tensors)
+    layer.run((4,), x, other, None, torch.float32, stream=9)  # the full path
+    assert not held  # let go of by that call, not by a collection
     gc.collect()
     assert all(t() is None for t in tensors) and not held
     last = LastCall.of(layer, x, lambda: 9, (4,))
@@ -1069,8 +1076,7 @@ def test_records_held_through_a_collection_of_their_layer_are_freed_by_the_call_
     in a cycle after the call let it go, and the next collection freed its tensors, during a capture too."""
     x, marks = _layer_collected_in_a_cycle_during_capture(fake, monkeypatch, other_captures)
     assert _alive(marks) == marks and held
-    other_captures.clear()  # B's capture ended
-    gc.disable()  # (no collection but the ones below)
+    other_captures.clear()  # B's capture ended (no collection but the ones below: the held fixture)
     try:
         _side_call(RecordCache(), _weight(), x)  # lets the held record go
         before = _alive(marks)
@@ -1078,6 +1084,5 @@ def test_records_held_through_a_collection_of_their_layer_are_freed_by_the_call_
         gc.collect()  # a collection during that capture (at any allocation)
         during = before - _alive(marks)
     finally:
-        gc.enable()
         other_captures.clear()
     assert not held and not during and not before, (before, during)
