@@ -146,3 +146,28 @@ def test_a_foreign_stream_is_not_named_by_a_write_s_wait_on_another_stream(monke
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         driver.cuStreamDestroy(handle)
+
+
+def test_lasting_tells_torch_s_own_streams_from_external_ones_on_this_torch():
+    """noted_streams.lasting reads torch's StreamId encoding (c10/cuda/CUDAStream.cpp, "StreamId assignment": a
+    native pool stream's id has its last bit set, an external stream's id is its even cudaStream_t pointer): on
+    the torch installed, each kind of stream, made current, is told apart. Pool streams of either priority and
+    torch.cuda.graph's capture stream are lasting; an ExternalStream of a cuda-python stream is not; the default
+    and per-thread handles are lasting by their handle."""
+    from cuda.bindings import driver
+
+    from sparsile.integrations.torch import noted_streams
+
+    graph_stream = torch.cuda.graph(torch.cuda.CUDAGraph()).capture_stream  # (the class's default capture stream)
+    for stream in (torch.cuda.Stream(), torch.cuda.Stream(priority=-1), graph_stream,
+                   torch.cuda.default_stream(), torch.cuda.ExternalStream(2)):
+        with torch.cuda.stream(stream):
+            assert noted_streams.lasting(stream.cuda_stream, torch.cuda.current_device()), (stream, stream.stream_id)
+    err, handle = driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING)
+    assert err == driver.CUresult.CUDA_SUCCESS
+    try:
+        ext = torch.cuda.ExternalStream(int(handle))
+        with torch.cuda.stream(ext):
+            assert not noted_streams.lasting(int(handle), torch.cuda.current_device()), ext.stream_id
+    finally:
+        driver.cuStreamDestroy(handle)
