@@ -30,7 +30,7 @@ it allocates Python objects (a generation-0 collection each few hundred net allo
 objects, tensors among them); one that allocates none keeps them until it ends. A collection is as
 safe a point as a call: it runs on some thread at some allocation, a capture's included, as the
 weakref callbacks and finalizers that hold records already do, and :func:`must_wait` asks the same
-questions there (that thread's capture, the noted capture streams, the record's own streams). With
+questions there (that thread's capture, the noted capture streams, the record's ``marked`` streams). With
 torch's native allocator nothing is held (a freed block goes back to its pool, as before)."""
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ atomically); never replaced, only changed."""
 def must_wait(record: LaunchRecord) -> bool:
     """Whether freeing ``record`` (planned in a capture) now would put frees into a capture: with
     ``cudaMallocAsync`` only, while a capture sparsile can see is under way (the calling thread's,
-    one on a noted capture stream: :func:`~.graph_life.may_drop_records`) or one of the record's own
-    streams captures (:func:`~.graph_life.frees_captured`). Driver calls: ``cuStreamIsCapturing``
-    only, legal during any capture."""
+    one on a noted capture stream: :func:`~.graph_life.may_drop_records`) or one of the streams its
+    buffers are marked used on captures (``marked``: :func:`~.graph_life.frees_captured`). Driver
+    calls: ``cuStreamIsCapturing`` only, legal during any capture."""
     if graph_life.frees_in_capture():
         return False
     return not graph_life.may_drop_records(capturing()) or graph_life.frees_captured(record)
