@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..frontend.diagnostics import LaunchError
-from ..frontend.sema.values import Const
+from ..frontend.sema.values import is_constant_binding
 
 DLPACK_CUDA = 2
 """DLPack's ``kDLCUDA`` (managed memory, ``kDLCUDAManaged``, is usable from every device)."""
@@ -51,11 +51,11 @@ def array_device(value: Any) -> int | None:
 def launch_device(bound: Mapping[str, Any], bindings: Mapping[str, Any] | None = None) -> int | None:
     """The device a launch with these bound arguments runs on: the one its GPU arrays live on, None
     (the current device) where there are none; SP0707 naming both devices where two arguments live
-    on different GPUs. ``bindings``: constexpr arguments (``Const``) are not passed to the kernel and
-    do not count."""
+    on different GPUs. ``bindings``: constexpr arguments (a ``Const``, or a tuple of them) are not
+    passed to the kernel and do not count."""
     found: tuple[str, int] | None = None
     for name, value in bound.items():
-        if bindings is not None and isinstance(bindings.get(name), Const):
+        if bindings is not None and is_constant_binding(bindings.get(name)):
             continue
         ordinal = array_device(value)
         if ordinal is None:

@@ -38,7 +38,7 @@ from ..frontend.diagnostics import LaunchError
 from ..frontend.ir import types as T
 from ..frontend.sema.captures import EMPTY, CaptureSet
 from ..frontend.sema.specialize import fingerprint, grid_lookup_error
-from ..frontend.sema.values import Const
+from ..frontend.sema.values import is_constant_binding
 from .array_devices import array_device, several_gpus
 from .grid import grid_meta
 from .prepared import PREPARED_HOST, PreparedLaunch, torch_current_stream
@@ -208,7 +208,7 @@ def remember(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], launche
     if fast is None or not fast.valid_for(kernel):
         fast = kernel.__dict__["_fast_launches"] = FastLaunches(kernel)
     names = [p.name for p in kernel.params]
-    if any(name in kwargs and not isinstance(bindings.get(name), Const) for name in names):
+    if any(name in kwargs and not is_constant_binding(bindings.get(name)) for name in names):
         return  # a run-time argument by keyword: the full path
     torch_stream = any(is_torch_type(type(v)) and v.is_cuda for v in bound.values())
     if not torch_stream and any(is_torch_type(type(v)) for v in bound.values()):
@@ -222,7 +222,7 @@ def remember(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], launche
     pad: list[Any] = [MISSING]  # constexprs: in the key already, so the launcher need not check them
     index: dict[str, int] = {}
     for j, name in enumerate(names):
-        if isinstance(bindings.get(name), Const):
+        if is_constant_binding(bindings.get(name)):
             index[name] = len(args)
         elif j < len(args):
             index[name] = j
@@ -234,7 +234,7 @@ def remember(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any], launche
         return
     positional = set(names[:len(args)])  # (a later call's own: FastEntry.launch; constexprs: their values)
     meta = {k: v for k, v in grid_meta(bound, bindings).items()
-            if k not in positional or isinstance(bindings.get(k), Const)}
+            if k not in positional or is_constant_binding(bindings.get(k))}
     try:  # device arrays only (host arrays raise SP0733): the prepared launch's faster packing
         prepared = PreparedLaunch(kernel, launcher, bound, bindings, list(range(len(args))), grid)
     except LaunchError:

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..frontend.diagnostics import LaunchError
 from ..frontend.sema.specialize import call_grid
-from ..frontend.sema.values import Const
+from ..frontend.sema.values import constant_binding_value, is_constant_binding
 from .kernel_options import is_int
 
 
@@ -51,7 +51,7 @@ GRID_LIMITS = (2**31 - 1, 65535, 65535)
 
 def constexpr_values(bindings: dict[str, Any]) -> dict[str, Any]:
     """The values of a call's constexpr arguments, by name."""
-    return {k: v.value for k, v in bindings.items() if isinstance(v, Const)}
+    return {k: constant_binding_value(v) for k, v in bindings.items() if is_constant_binding(v)}
 
 
 def grid_meta(bound: dict[str, Any], bindings: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from ..frontend.diagnostics import LaunchError
 from ..frontend.interp.host_arrays import stored_params
 from ..frontend.ir import types as T
 from ..frontend.sema.specialize import call_grid
-from ..frontend.sema.values import Const
+from ..frontend.sema.values import is_constant_binding
 from ..target.targets import get_target, target_for_capability
 from . import fast_launch
 from .array_devices import launch_device
@@ -41,11 +41,8 @@ def param_spec(kernel: Any, bindings: dict[str, Any], params: list[KernelParam],
     spec: list[Any] = []
     for p in kernel.params:
         b = bindings[p.name]
-        if isinstance(b, Const):  # a typed constant (`np.int8(3)`, `sp.i8(3)`) as its NumPy scalar: not `3`
-            value = b.value if b.dtype is None or b.value is None else (
-                T.TypedConstant(b.value, b.dtype) if b.dtype is T.tf32 else  # (NumPy's would be f32's)
-                T.numpy_dtype(b.dtype).type(b.value))
-            spec.append(ConstexprParam(p.name, value))
+        if is_constant_binding(b):
+            spec.append(ConstexprParam(p.name, _constexpr_expected(b)))
             continue
         for kp in by_name[p.name]:
             if kp.kind == "ptr":
@@ -63,6 +60,19 @@ def param_spec(kernel: Any, bindings: dict[str, Any], params: list[KernelParam],
             else:
                 raise LaunchError("SP0730", f"unsupported kernel parameter kind {kp.kind}")
     return ParamSpec(tuple(spec), kernel.name)
+
+
+def _constexpr_expected(b: Any) -> Any:
+    """The value the launcher checks a constexpr argument against, from its binding: a typed
+    constant (``np.int8(3)``, ``sp.i8(3)``) as its NumPy scalar, not ``3``; a tuple of bindings
+    (``(np.int8(3), 2)``) element by element."""
+    if isinstance(b, tuple):
+        return tuple(_constexpr_expected(x) for x in b)
+    if b.dtype is None or b.value is None:
+        return b.value
+    if b.dtype is T.tf32:  # (NumPy's would be f32's)
+        return T.TypedConstant(b.value, b.dtype)
+    return T.numpy_dtype(b.dtype).type(b.value)
 
 
 def _tensormap_param(cls: Any, source: str, kp: KernelParam, box: tuple[int, ...], swizzle: int,

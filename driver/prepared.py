@@ -224,9 +224,9 @@ class PreparedLaunch:
         return dims
 
     def _writer(self, name: str, value: Any, binding: Any, params: list[Any]) -> Callable[[Any, _Call], None]:
-        from ..frontend.sema.values import Const
+        from ..frontend.sema.values import is_constant_binding
 
-        if isinstance(binding, Const):
+        if is_constant_binding(binding):
             return _constexpr_check(name, value)
         if not params:  # nothing of it reaches the kernel
             return _ignore

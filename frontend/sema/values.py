@@ -35,6 +35,21 @@ class Const:
         return f"Const({self.value!r})" if self.dtype is None else f"Const({self.value!r}, {self.dtype})"
 
 
+def is_constant_binding(binding: Any) -> bool:
+    """Whether a parameter's binding from the specialization (``specialize.specialize``) is a
+    compile-time constant, not passed to the kernel: a :class:`Const`, or a tuple of bindings (a
+    constexpr tuple that holds a typed constant, ``(np.int8(3), 2)``, which sema holds as a tuple of
+    constants; a run-time argument's binding is an ``ArgSpec``)."""
+    return isinstance(binding, Const | tuple)
+
+
+def constant_binding_value(binding: Any) -> Any:
+    """The Python value of a constant binding (:func:`is_constant_binding`), a tuple element by element."""
+    if isinstance(binding, tuple):
+        return tuple(constant_binding_value(b) for b in binding)
+    return binding.value
+
+
 def kernel_object_name(x: Any) -> str | None:
     """The name of a sparsile kernel object (the driver's ``Kernel``, which a kernel inlines when it
     calls it: it has ``as_helper`` and a ``name``), told by its shape since the frontend does not

@@ -149,3 +149,34 @@ def test_constexpr_equal():
     assert not constexpr_equal(2, 2.0) and not constexpr_equal(True, 1) and not constexpr_equal(0.0, -0.0)
     assert not constexpr_equal((2, 1), (2.0, 1)) and not constexpr_equal((1,), (1, 1))
     assert not constexpr_equal(np.zeros(2), np.zeros(2))  # no truth value: unequal
+
+
+def test_a_constexpr_tuple_holding_a_typed_constant_launches_and_is_checked(gpu):  # noqa: F811
+    """A constexpr tuple holding a NumPy scalar or typed constant, ``(np.int8(3), 2)``, is bound as a
+    tuple of constants (not one Const): ``kernel[grid]`` (and a prepared launch, a JAX call) failed
+    with an internal KeyError building the launcher, whose launch paths took that binding for a
+    run-time argument's. Now the launcher, the fast path and a prepared launch check it as a constexpr."""
+    gpu.sizes = [8, 8, 4]
+    x, _, out = arrays()
+    shift_by_pair[(4,)](x, out, 1024, (np.int8(3), np.float16(0.5)))
+    shift_by_pair[(4,)](x, out, 1024, (np.int8(3), np.float16(0.5)))  # the fast path
+    assert len(gpu.built) == 1 and len(gpu.launches) == 2
+    launcher = next(iter(shift_by_pair.__dict__["_launchers"].values()))
+    launcher((4,), [x, out, 1024, (sp.i8(3), np.float16(0.5)), MISSING])
+    launch_ = shift_by_pair[(4,)].prepare(x, out, 1024, (np.int8(3), np.float16(0.5)))
+    launch_(x, out, 1024, [sp.i8(3), np.float16(0.5)])
+    assert len(gpu.launches) == 4
+    half = np.float16(0.5)
+    for other in ((3, half), (np.int8(3), 0.5), (np.int16(3), half), (np.int8(4), half)):
+        for run in (lambda v: launch_(x, out, 1024, v), lambda v: launcher((4,), [x, out, 1024, v, MISSING])):
+            with pytest.raises(LaunchError) as exc:
+                run(other)
+            assert exc.value.code == "SP0718"
+    assert len(gpu.launches) == 4
+
+
+def test_a_grid_function_reads_a_constexpr_tuple_holding_a_typed_constant(gpu):  # noqa: F811
+    gpu.sizes = [8, 8, 4]
+    x, _, out = arrays()
+    shift_by_pair[lambda meta: (meta["V"][0] + 1,)](x, out, 1024, (np.int8(3), 2))
+    assert len(gpu.launches) == 1 and tuple(gpu.launches[0]["grid"])[:1] == (4,)
