@@ -275,6 +275,8 @@ def _execute(mach: _Machine, memory: _Memory, params: list[int], stmt: str, op: 
             raise UnknownInstruction(stmt)
         bits = int(re.search(r"(\d+)$", op).group(1))  # type: ignore[union-attr]
         value = np.full(mach.n, params[int(pm.group(1))], U64) & mask(bits)
+        if re.search(r"\.s\d+$", op):  # ld.param.s8 into a 16-bit register sign-extends, as a signed ld.global
+            value = sext(value, bits)
         mach.write(args[0], value, np.ones(mach.n, bool), active)
         return
     acc = _ACCESS.match(op)

@@ -10,6 +10,7 @@ the PTX, and the specialization key tells ``np.int8(3)``, ``3`` and ``np.int16(3
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -160,3 +161,29 @@ def test_an_8_bit_float_scalar_argument_for_a_run_time_parameter_is_refused() ->
     assert np.isnan(out).all()
     constant.interpret[(1,)](x, out, ml_dtypes.float8_e4m3fn(1.5))  # a constexpr of it computes in e4m3
     _check(out, x, ml_dtypes.float8_e4m3fn(1.5))
+
+
+@sp.jit
+def divided(x, out, a):
+    i = sp.arange(0, N)
+    sp.store(out + i, sp.load(x + i) + (a // 7) + (a % 100) * 0.5)
+
+
+@pytest.mark.parametrize("value", [np.int8(-77), np.int8(100), np.int16(-300), np.int32(-70001), np.int64(-2**40 - 3),
+                                   np.uint8(200), np.uint16(65000)], ids=repr)
+def test_a_narrow_signed_scalar_parameter_is_sign_extended_in_the_ptx(value) -> None:
+    """``a // 7`` and ``a % 100`` of a negative narrow integer tell a sign-extended parameter from a
+    zero-extended one (``a * a + a`` wraps to the same 8 bits either way): ``ld.param.s8`` of
+    ``np.int8(-77)`` into a 16-bit register is -77, not 179 (the CPU PTX executor's ``ld.param``
+    zero-extended every parameter; the PTX itself was right)."""
+    x, out = _inputs(61)
+    v = int(value)
+    c = math.trunc(v / 7) + math.fmod(v, 100) * 0.5  # the language's // and % truncate, as C's
+    _, bindings, key = divided.bind((x, out, value), {})
+    ptx = compile_function(divided.ir_for(bindings, key), "sm_90a", num_warps=4, stop_after="ptx").ptx
+    run_grid(ptx, N, 1, [x, out, v])
+    ref = x.astype(np.float64) + c
+    assert np.all(np.abs(out - ref) <= 2 * np.finfo(np.float32).eps * (np.abs(x) + abs(c))), (out[:4], ref[:4])
+    interpreted = np.full(N, np.nan, np.float32)
+    divided.interpret[(1,)](x, interpreted, value)
+    assert np.array_equal(interpreted, out)
