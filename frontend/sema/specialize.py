@@ -284,8 +284,9 @@ def float_bits(value: float | np.floating) -> bytes:
     """The bits that key a float constant: a Python float's as an f64 (``struct``), a numpy
     float's in its own type. ``0.0 == -0.0`` yet ``x * V`` differs, and ``NaN != NaN`` (keyed by
     value a NaN constexpr matched no earlier launch: every launch ran sema again and the caches
-    grew); by bits ``-0.0`` is not ``0.0`` and every NaN of one payload is one key."""
-    if isinstance(value, np.floating):
+    grew); by bits ``-0.0`` is not ``0.0`` and every NaN of one payload is one key. An ml_dtypes
+    float (``ml_dtypes.bfloat16``, no ``np.floating``) is a NumPy scalar too: its own bits."""
+    if isinstance(value, np.floating) or type(value) in _ML_FLOAT_SCALARS:
         return value.tobytes()
     return struct.pack("<d", value)
 
@@ -299,7 +300,7 @@ def _exact(value: Any) -> Any:
         return (kind, *map(_exact, value))
     if kind is T.TypedConstant:  # `f32(-0.0)` equals `f32(0.0)` as a dataclass
         return (kind, str(value.dtype), _exact(value.value))
-    if isinstance(value, float | np.floating):
+    if isinstance(value, float | np.floating) or kind in _ML_FLOAT_SCALARS:  # (bfloat16(-0.0) == bfloat16(0.0))
         return (kind, float_bits(value))
     return (kind, value)
 

@@ -18,6 +18,7 @@ import pytest
 
 import sparsile as sp
 from sparsile.driver.compiler import compile_function
+from sparsile.frontend.sema.specialize import fingerprint
 from sparsile.tests.backend.ptx_exec import run_grid
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -187,3 +188,24 @@ def test_a_narrow_signed_scalar_parameter_is_sign_extended_in_the_ptx(value) -> 
     interpreted = np.full(N, np.nan, np.float32)
     divided.interpret[(1,)](x, interpreted, value)
     assert np.array_equal(interpreted, out)
+
+
+@sp.jit
+def scaled(x, out, V: sp.constexpr):
+    i = sp.arange(0, N)
+    sp.store(out + i, sp.load(x + i) * V)
+
+
+@pytest.mark.parametrize("kind", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])
+def test_an_ml_dtypes_zero_constexpr_is_not_its_negative(kind) -> None:
+    """``ml_dtypes.bfloat16(-0.0) == bfloat16(0.0)`` (and hashes alike), and an ml_dtypes float is no
+    ``np.floating``: the per-kernel memo of specializations (and the GPU fast path's key, the same
+    fingerprint) keyed it by value, so a launch with -0.0 after one with 0.0 reused the kernel for
+    0.0 (``x * V`` was +0.0). Keyed by bits, as every other float constexpr."""
+    scalar = getattr(ml_dtypes, kind)
+    x = np.random.default_rng(62).uniform(0.5, 4.0, N).astype(np.float32)
+    for v, negative in ((scalar(0.0), False), (scalar(-0.0), True), (scalar(0.0), False)):
+        out = np.full(N, np.nan, np.float32)
+        scaled.interpret[(1,)](x, out, v)
+        assert np.all(out == 0.0) and np.all(np.signbit(out) == negative), (v, out[:4])
+    assert fingerprint(scalar(0.0), True) != fingerprint(scalar(-0.0), True)
