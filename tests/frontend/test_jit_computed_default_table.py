@@ -35,6 +35,8 @@ def make():
 '''
 
 KNOWN = "known difference (computed_default / captured NumPy scalars), see the module docstring"
+LANGUAGE = ("known difference: a nested kernel's default is NumPy's arithmetic, a module-level one the "
+            "language's (computed_default types Python's result)")
 ROWS = [
     pytest.param("np.int8(5) + 1", id="np.int8(5)+1"),
     pytest.param("int(np.int8(5))", id="int(np.int8(5))"),
@@ -45,6 +47,13 @@ ROWS = [
     # `item`" at module level, Python's number nested)
     pytest.param("np.int8(5).item()", id="np.int8(5).item()"),
     pytest.param("np.uint8(200).item()", id="np.uint8(200).item()"),
+    # NumPy's arithmetic is not the language's: nested, Python (NumPy) computes the default and
+    # computed_default types its result; at module level sema computes it by the language's rules
+    # (`%` and `//` truncate; u8 + i8 is not NumPy's i16; i8 MIN // -1 is SP0790), so the two differ
+    pytest.param("np.int8(5) % -3", id="np.int8(5)%-3", marks=pytest.mark.xfail(strict=True, reason=LANGUAGE)),
+    pytest.param("np.int8(-7) // 2", id="np.int8(-7)//2", marks=pytest.mark.xfail(strict=True, reason=LANGUAGE)),
+    pytest.param("np.uint8(200) + np.int8(1)", id="np.uint8(200)+np.int8(1)",
+                 marks=pytest.mark.xfail(strict=True, reason=LANGUAGE)),
 ]
 
 
