@@ -187,3 +187,14 @@ def copy_of_values(record) -> torch.Tensor:
     """The stand-in plan's padded copy of the values that ``record``'s launches read."""
     (operands,) = record.operands
     return operands[0]
+
+
+def frees_wait_for_a_capture_on(record, stream: int, monkeypatch) -> bool:
+    """Whether, under cudaMallocAsync, ``graph_life.frees_captured(record)`` holds ``record``'s frees while
+    another thread captures on ``stream``, and lets them go once that capture has ended."""
+    capturing = {stream}
+    monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: "cudaMallocAsync")
+    monkeypatch.setattr(capture_mode, "_IS_CAPTURING", lambda s: s in capturing)
+    held = graph_life.frees_captured(record)
+    capturing.clear()
+    return held and not graph_life.frees_captured(record)

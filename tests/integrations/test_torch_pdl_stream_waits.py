@@ -21,7 +21,7 @@ pytest.importorskip("llvmlite")
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
 from sparsile.integrations.torch import record_cache, stream_waits  # noqa: E402
 from sparsile.integrations.torch.record_cache import RecordCache  # noqa: E402
-from sparsile.tests.integrations.record_fakes import _weight  # noqa: E402
+from sparsile.tests.integrations.record_fakes import _weight, frees_wait_for_a_capture_on  # noqa: E402
 from sparsile.tests.integrations.record_fakes import fake as fake  # noqa: E402 (a fixture)
 
 
@@ -302,9 +302,6 @@ def test_a_forgotten_foreign_stream_is_still_asked_before_the_record_s_buffers_a
     stream into the capture and the free becomes a node of its graph: graph_life.frees_captured must still
     ask 40 (the owner keeps it alive while the record lives, as torch's free needs). Before, forgetting 40 took
     it out of the only set frees_captured asks, and the record was let go of into that capture."""
-    from sparsile.backend.runtime import capture_mode
-    from sparsile.integrations.torch import graph_life
-
     fake.foreign_streams.add(40)
     cache, w = RecordCache(pdl=True), _weight()
     waits.current = 11
@@ -315,9 +312,4 @@ def test_a_forgotten_foreign_stream_is_still_asked_before_the_record_s_buffers_a
     waits.current = 11
     cache.run((4,), x, w, None, torch.float32, stream=11)
     assert 40 not in record.streams  # forgotten: never named by a later wait
-    other_captures = {40}  # thread B captures on 40
-    monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: "cudaMallocAsync")
-    monkeypatch.setattr(capture_mode, "_IS_CAPTURING", lambda stream: stream in other_captures)
-    assert graph_life.frees_captured(record)
-    other_captures.clear()
-    assert not graph_life.frees_captured(record)
+    assert frees_wait_for_a_capture_on(record, 40, monkeypatch)  # thread B captures on 40

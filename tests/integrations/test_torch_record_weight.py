@@ -20,7 +20,12 @@ from sparsile.integrations.errors import IntegrationError  # noqa: E402
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
 from sparsile.integrations.torch import record_cache  # noqa: E402
 from sparsile.integrations.torch.record_cache import RecordCache  # noqa: E402
-from sparsile.tests.integrations.record_fakes import _weight, copy_of_values, counting_plans  # noqa: E402
+from sparsile.tests.integrations.record_fakes import (  # noqa: E402
+    _weight,
+    copy_of_values,
+    counting_plans,
+    frees_wait_for_a_capture_on,
+)
 from sparsile.tests.integrations.record_fakes import fake as fake  # noqa: E402 (a fixture)
 
 
@@ -424,6 +429,17 @@ def test_copies_planned_under_inference_mode_are_refreshed_outside_it(fake):
     assert cache.sync(w.values) == 0 and torch.equal(copy, w.values) and record.versions == (2, 0)
 
 
+def _a_record_on_stream_11(monkeypatch):
+    """A record built on stream 11, torch's current stream being ``current[0]`` (11 until changed)."""
+    current = [11]
+    monkeypatch.setattr(kernels, "_current_stream", lambda device: current[0])
+    cache, w = RecordCache(), _weight()
+    x = torch.randn(4, 32)
+    cache.run((4,), x, w, None, torch.float32, stream=11)
+    (record,) = cache.records.values()
+    return current, cache, w, x, record
+
+
 def test_a_refresh_on_another_stream_marks_the_copies_used_there(fake, monkeypatch):
     """refresh_copies writes the record's copies on torch's current stream, which need not be one
     the record ran on (load_state_dict on the default stream after a warm-up and capture on side
@@ -431,12 +447,7 @@ def test_a_refresh_on_another_stream_marks_the_copies_used_there(fake, monkeypat
     after cannot hand their memory out again before that copy ran. Not on a stream it ran on."""
     marked = []
     monkeypatch.setattr(kernels, "used_on", lambda tensors, stream: marked.append((list(tensors), stream)))
-    current = [11]
-    monkeypatch.setattr(kernels, "_current_stream", lambda device: current[0])
-    cache, w = RecordCache(), _weight()
-    x = torch.randn(4, 32)
-    cache.run((4,), x, w, None, torch.float32, stream=11)
-    (record,) = cache.records.values()
+    current, cache, w, x, record = _a_record_on_stream_11(monkeypatch)
     w.values.add_(1.0)
     cache.run((4,), x, w, None, torch.float32, stream=11)
     assert marked == []  # refreshed on the stream the record was built on
@@ -453,25 +464,12 @@ def test_a_stream_a_refresh_marked_is_asked_before_the_record_is_freed(fake, mon
     way on 21, putting the free into that capture's graph. So graph_life.frees_captured asks 21 too. Before,
     it asked only the streams the record launched on, and a record let go of during a capture on 21 (another
     thread's, on a stream no sparsile call noted) was freed into it."""
-    from sparsile.backend.runtime import capture_mode
-    from sparsile.integrations.torch import graph_life
-
-    current = [11]
-    monkeypatch.setattr(kernels, "_current_stream", lambda device: current[0])
-    cache, w = RecordCache(), _weight()
-    x = torch.randn(4, 32)
-    cache.run((4,), x, w, None, torch.float32, stream=11)
-    (record,) = cache.records.values()
+    current, cache, w, _x, record = _a_record_on_stream_11(monkeypatch)
     current[0] = 21
     w.values.add_(1.0)
     assert cache.sync(w.values) == 0 and torch.equal(copy_of_values(record), w.values)
     assert record.streams == {11}
-    capturing = {21}  # another thread captures on 21
-    monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: "cudaMallocAsync")
-    monkeypatch.setattr(capture_mode, "_IS_CAPTURING", lambda stream: stream in capturing)
-    assert graph_life.frees_captured(record)
-    capturing.clear()
-    assert not graph_life.frees_captured(record)
+    assert frees_wait_for_a_capture_on(record, 21, monkeypatch)  # another thread captures on 21
 
 
 def test_load_state_dict_refreshes_only_the_records_it_keeps(fake, monkeypatch):
