@@ -73,6 +73,22 @@ def _capture(call, x: torch.Tensor, stream: torch.cuda.Stream):
     return graph, y
 
 
+def _layer_on_a_stream(kind: str, seed: int):
+    """A layer of ``kind``, its call, the record cache it plans into, a side stream and an input."""
+    layer = _layer(kind)
+    call = _call(layer, kind)
+    cache = ops.RECORDS if kind == "bf16 op" else layer.__dict__["_records"]
+    return layer, call, cache, torch.cuda.Stream(), _x(seed)
+
+
+def _replay_checked(graph, y: torch.Tensor, layer, kind: str, x: torch.Tensor) -> None:
+    """``graph`` replayed into ``y`` poisoned first, the result checked against float64."""
+    y.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    _check(layer, kind, x, y.clone()[None])
+
+
 def _warm_up(call, x: torch.Tensor, stream: torch.cuda.Stream) -> None:
     """Calls on ``stream`` (the one the graphs are captured on: its eager record is the one a capture
     reused before the fix), ordered both ways with the current stream."""
@@ -175,16 +191,10 @@ def test_capturing_a_layer_again_and_again_keeps_its_records_and_memory_bounded(
     with a driver user object, and dropped at the first eager call after the graph is destroyed (the
     driver's callback may lag: polled). Before, the cache kept all 50, and their memory."""
     assert graph_releases() is not None  # the native destroy callback could be built
-    layer = _layer(kind)
-    call = _call(layer, kind)
-    cache = ops.RECORDS if kind == "bf16 op" else layer.__dict__["_records"]
-    stream = torch.cuda.Stream()
-    x = _x(21)
+    layer, call, cache, stream, x = _layer_on_a_stream(kind, 21)
 
     def captured() -> list:
-        """This layer's records planned for one capture (stored or retired)."""
-        return [r for key, r in (*cache.records.items(), *cache.retired.items())
-                if r.owner() is layer.values and (isinstance(key, int) or is_capture_key(key))]
+        return _captured_of(layer, cache)
 
     def settle() -> None:
         """Until the destroyed graphs' records are dropped: eager calls (and the driver's callbacks)."""
@@ -201,10 +211,7 @@ def test_capturing_a_layer_again_and_again_keeps_its_records_and_memory_bounded(
         _warm_up(call, x, stream)
         graph, y = _capture(call, x, stream)
         assert len(cache.tied) >= 1 and len(captured()) <= 8  # this graph's, and a few whose release lags
-        y.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        _check(layer, kind, x, y.clone()[None])
+        _replay_checked(graph, y, layer, kind, x)
         del graph, y
         if i in (4, CAPTURES - 1):
             settle()
@@ -261,20 +268,13 @@ def test_captures_with_no_eager_call_between_them_keep_records_and_memory_bounde
     the graphs destroyed before it (a few may lag behind the driver's callback). Before, only an
     eager call dropped them: 50 records, with their scratch and the destroyed graphs' pool memory."""
     assert graph_releases() is not None
-    layer = _layer(kind)
-    call = _call(layer, kind)
-    cache = ops.RECORDS if kind == "bf16 op" else layer.__dict__["_records"]
-    stream = torch.cuda.Stream()
-    x = _x(41)
+    layer, call, cache, stream, x = _layer_on_a_stream(kind, 41)
     _warm_up(call, x, stream)
     memory = []
     for i in range(CAPTURES):
         graph, y = _capture(call, x, stream)
         assert len(_captured_of(layer, cache)) <= 8  # this graph's, and a few whose release lags
-        y.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        _check(layer, kind, x, y.clone()[None])
+        _replay_checked(graph, y, layer, kind, x)
         del graph, y
         torch.cuda.synchronize()
         time.sleep(0.02)  # (the driver's callback thread)
@@ -325,17 +325,10 @@ def test_a_capture_s_real_record_and_its_cache_are_freed_by_reference_counting(k
     import gc
     import weakref
 
-    layer = _layer(kind)
-    call = _call(layer, kind)
-    cache = ops.RECORDS if kind == "bf16 op" else layer.__dict__["_records"]
-    stream = torch.cuda.Stream()
-    x = _x(41)
+    layer, call, cache, stream, x = _layer_on_a_stream(kind, 41)
     _warm_up(call, x, stream)
     graph, y = _capture(call, x, stream)
-    y.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    _check(layer, kind, x, y.clone()[None])
+    _replay_checked(graph, y, layer, kind, x)
     captured = [weakref.ref(r) for r in _captured_of(layer, cache)]
     assert captured
     del graph, y
