@@ -257,6 +257,30 @@ def _backward_e4m3(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...
 # the layer: SparseLinear with an x that requires grad
 
 
+_WEIGHT_NAMES = ("values", "meta", "scale_w")
+
+
+def weight_versions(weight: tuple[torch.Tensor | None, ...]) -> tuple[int | None, ...]:
+    """The version counters of a layer's (values, meta, scale_w) at its forward (None: no tensor,
+    or an inference tensor, which keeps none)."""
+    return tuple(None if t is None or t.is_inference() else t._version for t in weight)
+
+
+def check_unwritten(layer: Any, weight: tuple[torch.Tensor | None, ...], versions: tuple[int | None, ...]) -> None:
+    """torch's RuntimeError, in its words, where one of ``weight`` (values, meta, scale_w) was written in
+    place since its forward (``versions``: :func:`weight_versions`): the backward would compute x's
+    gradient with the new weight."""
+    for name, t, then in zip(_WEIGHT_NAMES, weight, versions, strict=True):
+        if then is not None and t._version != then:
+            owner = getattr(layer, "_user_name", None) or type(layer).__name__
+            raise RuntimeError(
+                f"one of the variables needed for gradient computation has been modified by an inplace "
+                f"operation: the {owner}'s {name} [{t.dtype} {list(t.shape)}] is at version {t._version}; expected "
+                f"version {then} instead (written in place between the layer's forward and this backward, which "
+                "would compute x's gradient with the new weight). Hint: write the weight after backward() (an "
+                "optimizer step), or call the layer again after the write")
+
+
 class LayerWithInputGrad(torch.autograd.Function):
     """y = layer(x) through the layer's eager forward (inside an ``autograd.Function`` grad mode is
     off, so it takes its usual launch path), with x's gradient (and a trainable bias's); e4m3 layers
@@ -267,7 +291,10 @@ class LayerWithInputGrad(torch.autograd.Function):
     CPU offload or checkpointing, would copy the whole weight per call), not the layer's attributes
     at backward time (``torch.func.functional_call`` swaps them back when the forward returns), and
     differentiates the activation the forward applied (``ctx.activation``: the layer's, set anew
-    between forward and backward, gave x the gradient of another function)."""
+    between forward and backward, gave x the gradient of another function). Not saved, the weight's
+    tensors have their version counters checked instead (:func:`weight_versions`): one written in
+    place between the forward and the backward is torch's RuntimeError, as for ``nn.Linear``'s saved
+    weight (before, x got the gradient of the new weight without a word)."""
 
     @staticmethod
     def forward(x: torch.Tensor, bias: torch.Tensor | None, layer: Any, values: torch.Tensor, meta: torch.Tensor,
@@ -279,11 +306,14 @@ class LayerWithInputGrad(torch.autograd.Function):
         x, bias, layer, values, meta, scale_w = inputs
         ctx.layer, ctx.activation = layer, layer.activation
         ctx.weight = values, meta, scale_w
+        ctx.versions = weight_versions(ctx.weight)
         ctx.save_for_backward(x, bias)
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, bias, *weight = ctx.saved_tensors
+        if not weight:  # (TransformedLayerWithInputGrad saves them: torch checks their versions)
+            check_unwritten(ctx.layer, ctx.weight, ctx.versions)
         values, meta, scale_w = weight or ctx.weight
         needs = ctx.needs_input_grad
         for index, what in ((3, "values"), (4, "meta"), (5, "scale_w")):
