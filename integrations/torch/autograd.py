@@ -63,6 +63,7 @@ from torch.autograd.forward_ad import _set_fwd_grad_enabled
 from ..errors import SP_FROZEN_WEIGHT, IntegrationError
 from .refused_grad import Refusal, refused_like, traced_backward
 from .weight import NAME_OF, host_dense
+from .weight_versions import check_unwritten, weight_versions
 
 _ACTIVATIONS: dict[str, Any] = {
     "relu": F.relu,
@@ -255,30 +256,6 @@ def _backward_e4m3(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...
 
 # ------------------------------------------------------------------------------------------------
 # the layer: SparseLinear with an x that requires grad
-
-
-_WEIGHT_NAMES = ("values", "meta", "scale_w")
-
-
-def weight_versions(weight: tuple[torch.Tensor | None, ...]) -> tuple[int | None, ...]:
-    """The version counters of a layer's (values, meta, scale_w) at its forward (None: no tensor,
-    or an inference tensor, which keeps none)."""
-    return tuple(None if t is None or t.is_inference() else t._version for t in weight)
-
-
-def check_unwritten(layer: Any, weight: tuple[torch.Tensor | None, ...], versions: tuple[int | None, ...]) -> None:
-    """torch's RuntimeError, in its words, where one of ``weight`` (values, meta, scale_w) was written in
-    place since its forward (``versions``: :func:`weight_versions`): the backward would compute x's
-    gradient with the new weight."""
-    for name, t, then in zip(_WEIGHT_NAMES, weight, versions, strict=True):
-        if then is not None and t._version != then:
-            owner = getattr(layer, "_user_name", None) or type(layer).__name__
-            raise RuntimeError(
-                f"one of the variables needed for gradient computation has been modified by an inplace "
-                f"operation: the {owner}'s {name} [{t.dtype} {list(t.shape)}] is at version {t._version}; expected "
-                f"version {then} instead (written in place between the layer's forward and this backward, which "
-                "would compute x's gradient with the new weight). Hint: write the weight after backward() (an "
-                "optimizer step), or call the layer again after the write")
 
 
 class LayerWithInputGrad(torch.autograd.Function):
