@@ -50,7 +50,7 @@ the call). Forward mode (``jvp``, ``jacfwd``, a dual x of ``torch.autograd.forwa
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -258,6 +258,13 @@ def _backward_e4m3(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...
 # the layer: SparseLinear with an x that requires grad
 
 
+class Like(NamedTuple):
+    """What a backward without an activation needs of x or the bias: shape and dtype (not its values)."""
+
+    shape: torch.Size
+    dtype: torch.dtype
+
+
 class LayerWithInputGrad(torch.autograd.Function):
     """y = layer(x) through the layer's eager forward (inside an ``autograd.Function`` grad mode is
     off, so it takes its usual launch path), with x's gradient (and a trainable bias's); e4m3 layers
@@ -268,7 +275,8 @@ class LayerWithInputGrad(torch.autograd.Function):
     CPU offload or checkpointing, would copy the whole weight per call), not the layer's attributes
     at backward time (``torch.func.functional_call`` swaps them back when the forward returns), and
     differentiates the activation the forward applied (``ctx.activation``: the layer's, set anew
-    between forward and backward, gave x the gradient of another function). Not saved, the weight's
+    between forward and backward, gave x the gradient of another function). x and the bias are saved
+    only with an activation (without one, their shapes and dtypes: :class:`Like`). Not saved, the weight's
     tensors have their version counters checked instead (:func:`weight_versions`): one written in
     place between the forward and the backward is torch's RuntimeError, as for ``nn.Linear``'s saved
     weight (before, x got the gradient of the new weight without a word)."""
@@ -284,11 +292,17 @@ class LayerWithInputGrad(torch.autograd.Function):
         ctx.layer, ctx.activation = layer, layer.activation
         ctx.weight = values, meta, scale_w
         ctx.versions = weight_versions(ctx.weight)
-        ctx.save_for_backward(x, bias)
+        if ctx.activation is None:  # dx = dy @ W, d bias = Σ dy: neither x's nor the bias's values (as nn.Linear's
+            # with a frozen weight: x and the bias may be written in place after the call, x is not kept alive)
+            ctx.like = tuple(None if t is None else Like(t.shape, t.dtype) for t in (x, bias))
+            ctx.save_for_backward()
+        else:  # (the pre-activations are computed again from x and the bias)
+            ctx.save_for_backward(x, bias)
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        x, bias, *weight = ctx.saved_tensors
+        like = getattr(ctx, "like", None)  # (TransformedLayerWithInputGrad saves x and the bias)
+        x, bias, *weight = ctx.saved_tensors if like is None else (*like, *ctx.saved_tensors)
         if not weight:  # (TransformedLayerWithInputGrad saves them: torch checks their versions)
             check_unwritten(ctx.layer, ctx.weight, ctx.versions)
         values, meta, scale_w = weight or ctx.weight

@@ -75,3 +75,47 @@ def test_a_fused_member_s_weight_written_between_forward_and_backward_is_refused
     _write(model[0].k_proj, "values")
     with pytest.raises(RuntimeError, match=MODIFIED):
         y.sum().backward()
+
+
+@pytest.mark.parametrize("weight", ["bf16", "e4m3"])
+def test_without_an_activation_x_and_the_bias_are_not_kept_for_the_backward(weight):
+    """dx = dy @ W (times scale_w) and d bias = Σ dy need neither x's nor the bias's values: as for
+    nn.Linear with a frozen weight, x and the bias may be written in place after the call, and x is not
+    kept alive until the backward (before, both were saved: torch's "modified by an inplace operation"
+    where nn.Linear computes the gradient, and every layer's input held until the backward)."""
+    import weakref
+
+    gen = torch.Generator().manual_seed(7)
+    layer = spt.SparseLinear.from_dense(linear(48, 64, seed=8), weight)
+    layer.bias = torch.nn.Parameter(layer.bias.detach().clone())
+    twin = torch.nn.Linear(64, 48).double().requires_grad_(False)
+    with torch.no_grad():
+        twin.weight.copy_(layer.to_dense())
+    a = torch.randn(3, 64, generator=gen).to(torch.bfloat16).requires_grad_()
+    g = torch.randn(3, 48, generator=gen).to(torch.bfloat16)
+    for model in (twin, layer):  # (the same for nn.Linear: the reference of the behaviour)
+        a.grad = None
+        h = a * 2 if model is layer else (a * 2).double()
+        y = model(h)
+        kept = weakref.ref(h)
+        h.add_(1)  # x written in place after the call
+        with torch.no_grad():
+            model.bias.add_(1)  # and the bias
+        del h
+        assert kept() is None  # x not held for the backward
+        y.backward(g.to(y.dtype))
+        want = 2 * g.double() @ layer.to_dense().double()
+        assert torch.allclose(a.grad.double(), want, rtol=2 ** -7, atol=2 ** -7 * want.abs().max().item())
+    assert torch.equal(layer.bias.grad, g.float().sum(0))
+
+
+def test_with_an_activation_x_written_after_the_call_is_refused():
+    """With a fused activation the backward computes the pre-activations again from x: x written in
+    place after the call is torch's RuntimeError (never the gradient at the new x)."""
+    layer = spt.SparseLinear.from_dense(linear(48, 64, seed=8), "bf16", activation="silu")
+    a = torch.randn(3, 64, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16).requires_grad_()
+    h = a * 2
+    y = layer(h)
+    h.add_(1)
+    with pytest.raises(RuntimeError, match=MODIFIED):
+        y.sum().backward()
