@@ -30,14 +30,19 @@ from torch import nn
 
 
 def swap_modules(model: nn.Module, swaps: Iterable[tuple[str, nn.Module]]) -> list[tuple[nn.Module, str, nn.Module]]:
-    """Register each ``(fqn, module)`` of ``swaps`` under its name in ``model``; the undo list for
-    :func:`restore_modules` ((parent, child name, the module it held), in order)."""
+    """Register each ``(fqn, module)`` of ``swaps`` under its name in ``model``, in the train / eval mode
+    of the module it replaces (a new module is in training mode: a model in eval mode had its sparse layers
+    in training mode); the undo list for :func:`restore_modules` ((parent, child name, the module it held),
+    in order)."""
     undo: list[tuple[nn.Module, str, nn.Module]] = []
     try:
         for fqn, module in swaps:
             parent_name, _, child = fqn.rpartition(".")
             parent = model.get_submodule(parent_name)
-            undo.append((parent, child, parent._modules[child]))
+            old = parent._modules[child]
+            undo.append((parent, child, old))
+            if old is not None and module.training != old.training:
+                module.train(old.training)
             setattr(parent, child, module)
     except BaseException:
         restore_modules(undo)
