@@ -52,6 +52,7 @@ from ._kernels import (
 )
 from .atomic import in_own_types, restoring_tensors, strict_key_errors, withhold_refused
 from .autograd import LayerWithInputGrad, TransformedLayerWithInputGrad, func_transformed, needs_autograd
+from .fx_trace import forward_fx, is_fx_proxy
 from .last_call import LastCall
 from .layer_args import (
     F16_MAX,
@@ -410,6 +411,8 @@ class SparseLinear(nn.Module):
         if x is _NO_ARGUMENT:
             x = input
         if tracing(x):
+            if is_fx_proxy(x):  # torch.fx.symbolic_trace: the op recorded on the proxy (fx_trace.py)
+                return forward_fx(self, x)
             fused = self.__dict__.get("_fused")
             if fused is not None and fused[0].traced:  # fuse_projections_(traced=True): one op per group
                 return fused[0].run_traced(fused[1], x)

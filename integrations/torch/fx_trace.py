@@ -1,0 +1,53 @@
+"""A ``SparseLinear``'s forward under ``torch.fx.symbolic_trace``.
+
+FX's symbolic tracer calls the ``forward`` of every module outside ``torch.nn`` (a SparseLinear is no
+leaf to it, unlike ``nn.Linear``) with an ``fx.Proxy`` for x: a placeholder that records the
+operations applied to it, with no shape, dtype or ``requires_grad`` to read while tracing. The forward
+records the layer's custom op on it, as torch.compile and torch.export trace it (docs/torch.md, "The
+custom ops"); the layer's tensors, module attributes, become ``get_attr`` nodes, so the graph reads
+the weight as it is when it runs. x is checked when the graph runs, as the eager call checks it
+(SP0901). Before, the proxy met the layer's eager input check: SP0901, "SparseLinear takes a
+torch.Tensor, got Proxy".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .layer_args import check_input
+
+
+def checked_x(x: torch.Tensor, values: torch.Tensor, in_features: int, layer: str) -> torch.Tensor:
+    """x as (T, K), after the eager call's input check (SP0901: not a tensor, another last dimension,
+    dtype or device): a node of the traced graph, run with the real x (``torch.fx.wrap``)."""
+    check_input(x, in_features, values.device, layer)
+    return x.reshape(-1, in_features)
+
+
+torch.fx.wrap("checked_x")
+
+
+def is_fx_proxy(x: Any) -> bool:
+    """x is a ``torch.fx.Proxy``: ``torch.fx.symbolic_trace`` is tracing the layer."""
+    return isinstance(x, torch.fx.Proxy)
+
+
+def forward_fx(layer: Any, x: Any) -> Any:
+    """The layer's forward recorded on the proxy ``x``: x checked and made (T, K) (:func:`checked_x`),
+    then ``sparse_linear`` (x cast to the weight's type), or for e4m3 weights ``sparse_linear_e4m3``
+    (x quantized per token, or with the layer's static ``input_scale``; x's gradient straight through,
+    whether or not x will require grad: the numbers of the eager layer's two ops), y in ``out_dtype``
+    or x's dtype, back to (..., N). The members of a ``fuse_projections_`` group run their own ops (the
+    group's fused weight is no module attribute of the model)."""
+    x2 = checked_x(x, layer.values, layer.in_features, layer._user_name or type(layer).__name__)
+    out = layer.out_dtype or x.dtype
+    if layer.weight_dtype == "e4m3":
+        y = torch.ops.sparsile.sparse_linear_e4m3.default(x2, layer.values, layer.meta, layer.bias, layer.scale_w,
+                                                          layer.input_scale, activation=layer.activation,
+                                                          out_dtype=out)
+    else:
+        y = torch.ops.sparsile.sparse_linear.default(x2.to(layer.values.dtype), layer.values, layer.meta,
+                                                     layer.bias, activation=layer.activation, out_dtype=out)
+    return y.reshape(x.shape[:-1] + (layer.out_features,))  # noqa: RUF005 (a Proxy cannot be unpacked)
