@@ -124,11 +124,31 @@ def host_to_torch(array: np.ndarray, device: Any = None) -> torch.Tensor:
     return torch.from_numpy(array.view(bits).copy()).view(getattr(torch, name)).to(device)
 
 
+DENSE_X_HELP = ("pass a dense x (x.to_dense()); for a nested tensor, run the layer on its packed tokens, "
+                "layer(x.values()) for the jagged layout, then torch.nested.nested_tensor_from_jagged(y, x.offsets()), "
+                "or on each tensor of x.unbind()")
+
+
+def not_dense(x: torch.Tensor, layer: str) -> IntegrationError | None:
+    """SP0901 for an ``x`` that is no dense (strided) tensor (a nested tensor, a sparse or mkldnn layout),
+    whose memory the kernel cannot read as a (T, K) array (``nn.Linear`` computes with them), else None."""
+    if x.is_nested:
+        what = f"nested tensor (layout {x.layout})"
+    elif x.layout != torch.strided:
+        what = f"tensor of layout {x.layout}"
+    else:
+        return None
+    return IntegrationError(SP_BAD_TENSOR, f"x is a {what}; {layer} takes a dense (strided) x", help=DENSE_X_HELP)
+
+
 def check_input(x: Any, in_features: int, device: torch.device, layer: str) -> None:
-    """SP0901 unless ``x`` is a bf16 / f16 / f32 tensor of shape (..., in_features) on ``device``."""
+    """SP0901 unless ``x`` is a dense bf16 / f16 / f32 tensor of shape (..., in_features) on ``device``."""
     if not isinstance(x, torch.Tensor):
         raise IntegrationError(SP_BAD_TENSOR, f"{layer} takes a torch.Tensor, got {type(x).__name__}",
                                help="pass x of shape (..., in_features)")
+    error = not_dense(x, layer)
+    if error is not None:
+        raise error
     if x.dim() == 0 or x.shape[-1] != in_features:
         # (operator.index: a dynamic size under torch.compile left a symbolic message, which dynamo cannot hand
         # to traced_errors.py as text; index() specializes it, on this failing path only)

@@ -64,6 +64,7 @@ from .layer_args import (
     checked_out_dtype,
     dense_weight,
     host_to_torch,
+    not_dense,
     weight_dtype_name,
 )
 from .quantize import checked_input_scale, quantize_static, quantize_with_scale, static_inverse
@@ -396,7 +397,11 @@ class SparseLinear(nn.Module):
                 or _mm._global_backward_pre_hooks or d.get("_compiled_call_impl") is not None or "forward" in d
                 or not self._own_forward):
             return super().__call__(x)
-        return self._forward_eager(x)
+        try:  # (a try costs nothing until it raises: Python 3.11's zero-cost exceptions)
+            return self._forward_eager(x)
+        except (RuntimeError, NotImplementedError, ValueError):  # (ValueError: an e4m3 layer's SP0804)
+            self._refuse_not_dense(x)
+            raise
 
     _user_name: str | None = None  # the class a diagnostic names (an internal subclass: the user's layer's)
 
@@ -417,7 +422,20 @@ class SparseLinear(nn.Module):
             if fused is not None and fused[0].traced:  # fuse_projections_(traced=True): one op per group
                 return fused[0].run_traced(fused[1], x)
             return self._forward_op(x)
-        return self._forward_eager(x)
+        try:
+            return self._forward_eager(x)
+        except (RuntimeError, NotImplementedError, ValueError):  # (ValueError: an e4m3 layer's SP0804)
+            self._refuse_not_dense(x)
+            raise
+
+    def _refuse_not_dense(self, x: torch.Tensor) -> None:
+        """SP0901 where x, whose eager call failed, is no dense tensor (a nested tensor, a sparse or mkldnn
+        layout: ``layer_args.not_dense``): torch's error from inside the call, "NestedTensorImpl doesn't
+        support sizes", "Sparse CSR tensors do not have is_contiguous", said nothing of x. Checked once
+        the call failed, so that a dense x pays nothing for it."""
+        error = not_dense(x, self._user_name or type(self).__name__)
+        if error is not None:
+            raise error from None
 
     def _forward_eager(self, x: torch.Tensor) -> torch.Tensor:
         """The forward of an eager call (no tracer: :func:`tracing` is False)."""
