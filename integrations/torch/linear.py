@@ -568,7 +568,9 @@ class SparseLinear(nn.Module):
     def to_dense(self) -> torch.Tensor:
         """The pruned dense weight (N, K) in float32 on the layer's device (times ``scale_w`` for
         e4m3), rebuilt from values and metadata: ``x @ layer.to_dense().T`` is what forward computes
-        before the epilogue."""
+        before the epilogue. On the meta device (no values), a meta tensor of that shape and type."""
+        if self.values.is_meta or self.meta.is_meta:
+            return torch.empty((self.out_features, self.in_features), dtype=torch.float32, device="meta")
         dense = host_dense(self.values, self.meta, self.out_features, self.in_features).astype(np.float32)
         if self.scale_w is not None:
             dense = dense * as_host_array(self.scale_w.detach().float(), "scale_w").reshape(-1, 1)

@@ -496,3 +496,17 @@ def test_a_layer_moved_to_the_meta_device_runs_on_meta_inputs(dtype, out_dtype):
     y = layer(x)
     check_against_float64(layer, x, y, out_dtype)
     assert torch.equal(y, saved(x))
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
+def test_to_dense_and_to_linear_of_a_layer_on_the_meta_device(dtype):
+    """A layer on the meta device (no values): ``to_dense()`` is a meta (N, K) float32 tensor and
+    ``to_linear()`` an nn.Linear on the meta device, as torch's operations on meta tensors give (it was
+    SP0804, "cannot read meta of type Tensor on the host", naming the metadata buffer)."""
+    layer = spt.SparseLinear(62, 24, dtype=dtype, device="meta")
+    dense = layer.to_dense()
+    assert (dense.device.type, dense.shape, dense.dtype) == ("meta", (24, 62), torch.float32)
+    twin = layer.to_linear()
+    assert (twin.weight.device.type, twin.weight.shape, twin.weight.dtype) == ("meta", (24, 62), torch.bfloat16)
+    assert (twin.bias.device.type, twin.bias.shape) == ("meta", (24,))
+    assert twin.to_empty(device="cpu")(torch.ones(2, 62, dtype=torch.bfloat16)).shape == (2, 24)
