@@ -13,7 +13,9 @@ pointer is read (``data_ptr()`` for torch, ``.data.ptr`` for CuPy, the generic p
 and checked against what the specialization assumed: same element type, same rank (tensor
 parameters), same device, 16-byte alignment where the kernel was specialized for it, contiguity
 where the parameter needs it (SP0703, SP0720, SP0707, SP0704, SP0705: the launcher's own checks
-and codes). Integer scalars may change (range and divisibility checked, SP0709). Tensor maps come
+and codes). Integer scalars may change (range and divisibility checked, SP0709), but no scalar of
+an unannotated parameter may change its type as ``kernel[grid]`` types it (SP0736,
+``prepared_scalars.py``). Tensor maps come
 from a shared LRU keyed by everything a map encodes (a layer's weight is encoded once; a map is
 rewritten into the buffer only when its array moved). Then one ``cuLaunchKernel`` (or
 ``cuLaunchKernelEx`` for clusters and programmatic dependent launches, ``pdl=True``: docs/language.md,
@@ -77,6 +79,8 @@ from ..backend.runtime.tensormap import (
     map_of,
 )
 from ..frontend.diagnostics import LaunchError
+from ..frontend.ir import types as T
+from .prepared_scalars import typed_scalar_writer
 from .recording import mark_unreplayable
 
 if TYPE_CHECKING:
@@ -203,7 +207,7 @@ class PreparedLaunch:
         for j, kp in enumerate(kernel.params):
             value = bound[kp.name]
             uses_torch = uses_torch or (is_torch_type(type(value)) and value.is_cuda)
-            writer = self._writer(kp.name, value, bindings[kp.name], groups.get(kp.name, []))
+            writer = self._writer(kp, value, bindings[kp.name], groups.get(kp.name, []))
             writer(value, self._call)  # checks the prepared arguments themselves, fills the buffer
             if j in per_call:
                 writers[j] = writer
@@ -223,15 +227,22 @@ class PreparedLaunch:
         check_grid_fits_cluster(dims, self.launcher.cluster)
         return dims
 
-    def _writer(self, name: str, value: Any, binding: Any, params: list[Any]) -> Callable[[Any, _Call], None]:
+    def _writer(self, kp: Any, value: Any, binding: Any, params: list[Any]) -> Callable[[Any, _Call], None]:
+        """The per-call writer of kernel parameter ``kp`` (a ``ParamInfo``), prepared for ``value``:
+        a constexpr's check, a scalar's packing (behind the check that ``kernel[grid]`` types the
+        value as the prepared type where ``kp`` has no annotation, SP0736), an array's."""
         from ..frontend.sema.values import is_constant_binding
 
+        name = kp.name
         if is_constant_binding(binding):
             return _constexpr_check(name, value)
         if not params:  # nothing of it reaches the kernel
             return _ignore
         if len(params) == 1 and params[0].kind == "scalar":
-            return scalar_writer(params[0], self._offsets[name], self._view)
+            write = scalar_writer(params[0], self._offsets[name], self._view)
+            if kp.annotation is None and isinstance(binding.type, T.ScalarType):
+                return typed_scalar_writer(name, binding.type, write)
+            return write
         return self._array_writer(name, value, binding, params)
 
     def _array_writer(self, name: str, value: Any, binding: Any, params: list[Any]) -> Callable[[Any, _Call], None]:

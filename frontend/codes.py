@@ -272,6 +272,7 @@ CODES: dict[str, str] = {
     "SP0733": "host memory in a prepared launch",
     "SP0734": "`vary=` or `per_call=` names no run-time parameter",
     "SP0735": "a prepared launch of a changed `@jit` kernel",
+    "SP0736": "a prepared launch given a scalar of another type",
     "SP0740": "ahead-of-time signature incomplete",
     "SP0750": "overlapping arguments written through a copy",
     "SP0751": "a torch tensor with its negative bit set",

@@ -1,0 +1,99 @@
+"""The per-call type check of a prepared launch's unannotated scalar arguments (SP0736).
+
+``kernel[grid]`` types the scalar given for an unannotated run-time parameter by the value
+(docs/language.md, "Parameter types"): a Python int as ``i32`` (``i64`` outside its range), a float
+as ``f32``, a bool as ``bool``, a NumPy or ml_dtypes scalar as its own type (``np.int8(100)`` is an
+``i8``). A launch prepared for one of these types compiled that type's kernel, so a per-call scalar
+``kernel[grid]`` would type otherwise would compute in the prepared type where ``kernel[grid]``
+computes in its own (``a + a`` wraps in ``i8`` on one path and not on the other): it is refused,
+naming both types. A parameter annotated with a scalar type takes any number in its type on both
+paths and is not checked here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..backend.runtime.arguments import describe_value
+from ..frontend.diagnostics import LaunchError
+from ..frontend.ir import types as T
+from ..frontend.sema.specialize import ParamInfo, arg_spec
+
+PREPARED_SCALAR_TYPE = "SP0736"
+"""A prepared launch given, for an unannotated scalar parameter, a value ``kernel[grid]`` types as
+another type than the one the launch was prepared (compiled) for."""
+
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def typed_scalar_writer(name: str, prepared: T.ScalarType, write: Callable[[Any, Any], None]
+                        ) -> Callable[[Any, Any], None]:
+    """``write`` (a prepared launch's writer of scalar parameter ``name``, unannotated, prepared for
+    type ``prepared``) behind the check that ``kernel[grid]`` types each value as ``prepared``
+    (SP0736 else). The common values (a Python int, float or bool of the prepared type) cost one
+    type test; a NumPy scalar's type is looked up once per NumPy type."""
+    param = ParamInfo(name, None)
+    by_type: dict[type, T.Type | None] = {}
+
+    def refuse(value: Any) -> None:
+        """Raise SP0736 if ``kernel[grid]`` types ``value`` otherwise (its own diagnostic, SP0708 for
+        a NumPy type the language has none for, if it refuses the value)."""
+        cls = type(value)
+        if isinstance(value, np.generic) and not isinstance(value, np.bool_):
+            given = by_type.get(cls)
+            if given is None:
+                given = by_type[cls] = arg_spec(param, value).type
+        elif isinstance(value, bool | np.bool_ | int | float | np.integer | np.floating):
+            given = arg_spec(param, value).type
+        else:
+            return  # not a number: the writer names what it expected
+        if given != prepared and isinstance(given, T.ScalarType):
+            raise LaunchError(PREPARED_SCALAR_TYPE, f"argument `{name}` = {describe_value(value)} has type {given} "
+                              f"(`kernel[grid]` types it so), but the launch was prepared for {prepared}",
+                              f"prepare another launch for {given}; or pass {_spelling(prepared)}, which "
+                              f"`kernel[grid]` types as {prepared}; or annotate the parameter "
+                              f"`{name}: sp.{prepared}` to take any number as {prepared}")
+
+    if prepared == T.i32:
+        def check_i32(value: Any, call: Any) -> None:
+            if type(value) is not int or not _I32_MIN <= value <= _I32_MAX:
+                refuse(value)
+            write(value, call)
+
+        return check_i32
+    if prepared == T.i64:
+        def check_i64(value: Any, call: Any) -> None:
+            if type(value) is not int or _I32_MIN <= value <= _I32_MAX:
+                refuse(value)
+            write(value, call)
+
+        return check_i64
+    fast = float if prepared == T.f32 else bool if prepared == T.bool_ else None
+
+    def check(value: Any, call: Any) -> None:
+        if type(value) is not fast:
+            refuse(value)
+        write(value, call)
+
+    return check
+
+
+def _spelling(t: T.ScalarType) -> str:
+    """The values ``kernel[grid]`` types as ``t``, as the help names them."""
+    if t == T.i32:
+        return "a Python int in the i32 range or an np.int32"
+    if t == T.i64:
+        return "an np.int64 or a Python int outside the i32 range"
+    if t == T.f32:
+        return "a Python float or an np.float32"
+    if t == T.bool_:
+        return "a Python or NumPy bool"
+    cls = T.numpy_dtype(t).type
+    module = "np" if cls.__module__ == "numpy" else cls.__module__
+    return f"an {module}.{cls.__name__}"  # (np. and ml_dtypes. both read with a vowel)
+
+
+__all__ = ["PREPARED_SCALAR_TYPE", "typed_scalar_writer"]

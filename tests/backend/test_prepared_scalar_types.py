@@ -1,0 +1,178 @@
+"""A prepared launch takes per call the scalars ``kernel[grid]`` would type as it was prepared.
+
+``kernel[grid](x, out, np.int8(100))`` types an unannotated run-time ``a`` by the NumPy scalar's own
+type (``i8``: ``a * a + a`` wraps to 116), Python's ``3`` as ``i32``, ``1.0`` as ``f32``
+(docs/language.md, "Parameter types"). A launch prepared for ``a=3`` took ``np.int8(100)`` per call
+and packed it as an ``i32`` (10100): the same call gave another result than ``kernel[grid]``.
+Prepared for ``1.0`` it took ``np.float64``, ``np.float16``, ``ml_dtypes.bfloat16`` and the int
+``2`` as the ``f32`` it was prepared for, and prepared for ``True`` it took ``1``. Now a per-call
+scalar of another type than the prepared one is SP0736, naming both types; one of the same type
+is packed as ``kernel[grid]`` packs it. A parameter annotated with a scalar type takes the value in
+that type on both paths, so it takes any number as before.
+
+Fake device of tests/backend/test_prepared.py: kernels compile for sm_90a for real, launches are
+recorded, nothing runs; the numerics that show why the types matter are the interpreter's."""
+
+from __future__ import annotations
+
+import struct
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+import sparsile as sp
+from sparsile.backend.runtime.arguments import describe_value
+from sparsile.frontend.diagnostics import LaunchError
+
+pytest.importorskip("torch")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+from sparsile.tests.backend.test_prepared import arrays  # noqa: E402
+from sparsile.tests.backend.test_prepared import gpu as gpu  # noqa: E402  (the fake device, a fixture)
+
+N = 256
+BF16 = ml_dtypes.bfloat16
+
+
+@sp.jit
+def poly(x: sp.ptr[sp.f32], out: sp.ptr[sp.f32], a, BLOCK: sp.constexpr = 256):
+    offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
+    mask = offs < N
+    c = a * a + a
+    sp.store(out + offs, sp.load(x + offs, mask=mask) + c, mask=mask)
+
+
+@sp.jit
+def poly_i32(x: sp.ptr[sp.f32], out: sp.ptr[sp.f32], a: sp.i32, BLOCK: sp.constexpr = 256):
+    offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
+    mask = offs < N
+    c = a * a + a
+    sp.store(out + offs, sp.load(x + offs, mask=mask) + c, mask=mask)
+
+
+@pytest.fixture(autouse=True)
+def fresh_launchers():
+    """Each test builds its launchers on its own fake device."""
+    for k in (poly, poly_i32):
+        k.__dict__.pop("_launchers", None)
+        k.__dict__.pop("_fast_launches", None)
+
+
+# (prepared for, given per call, the prepared type, the type kernel[grid] gives the other)
+OTHER_TYPE = [
+    (3, np.int8(100), "i32", "i8"),
+    (3, np.int64(3), "i32", "i64"),
+    (3, np.uint32(3), "i32", "u32"),
+    (3, 2**40, "i32", "i64"),
+    (np.int8(3), 3, "i8", "i32"),
+    (np.int8(3), np.int16(3), "i8", "i16"),
+    (2**40, 5, "i64", "i32"),
+    (1.0, np.float64(1.0), "f32", "f64"),
+    (1.0, np.float16(1.0), "f32", "f16"),
+    (1.0, BF16(1.0), "f32", "bf16"),
+    (1.0, 2, "f32", "i32"),
+    (np.float16(1.5), 1.5, "f16", "f32"),
+    (BF16(1.5), np.float16(1.5), "bf16", "f16"),
+    (np.float64(1.5), 1.5, "f64", "f32"),
+    (True, 1, "bool", "i32"),
+    (1, True, "i32", "bool"),
+    (1.0, np.bool_(True), "f32", "bool"),
+    (np.bool_(True), np.int8(1), "bool", "i8"),
+]
+
+# (prepared for, given per call): one type (and 16-divisibility), so one specialization: the prepared
+# launch packs what kernel[grid] packs
+SAME_TYPE = [
+    (3, np.int32(-7)), (3, -2**31 + 1), (np.int8(3), np.int8(-100)), (np.uint8(3), np.uint8(250)),
+    (2**40 + 1, np.int64(5)), (2**40 + 1, -2**40 - 1), (1.0, np.float32(2.5)), (1.0, 1e30),
+    (np.float16(1.5), np.float16(-300.0)), (BF16(1.5), BF16(3.25)), (np.float64(1.5), np.float64(1e300)),
+    (True, np.bool_(False)), (np.bool_(True), False),
+]
+
+
+def _size(value: Any) -> int:
+    """The bytes of the kernel parameter ``kernel[grid]`` makes of ``value``."""
+    if isinstance(value, bool | np.bool_):
+        return 1
+    if isinstance(value, np.generic):
+        return value.itemsize
+    if isinstance(value, float):
+        return 4
+    return 4 if -2**31 <= value < 2**31 else 8
+
+
+def _ids(cases: list[tuple[Any, ...]]) -> list[str]:
+    return [f"{type(c[0]).__name__}({c[0]})-{type(c[1]).__name__}({c[1]})" for c in cases]
+
+
+@pytest.mark.parametrize(("prepared_for", "other", "prepared_type", "other_type"), OTHER_TYPE, ids=_ids(OTHER_TYPE))
+def test_a_prepared_launch_refuses_a_scalar_kernel_grid_types_otherwise(gpu: Any, prepared_for: Any, other: Any,
+                                                                         prepared_type: str, other_type: str) -> None:
+    gpu.sizes = [8, 8, _size(prepared_for)]
+    x, _, out = arrays()
+    launch_ = poly[(1,)].prepare(x, out, prepared_for)
+    launch_(x, out, prepared_for)
+    assert len(gpu.launches) == 1
+    with pytest.raises(LaunchError) as exc:
+        launch_(x, out, other)
+    assert exc.value.code == "SP0736"
+    assert exc.value.message == (f"argument `a` = {describe_value(other)} has type {other_type} (`kernel[grid]` "
+                                 f"types it so), but the launch was prepared for {prepared_type}")
+    assert f"prepare another launch for {other_type}; or pass " in exc.value.help
+    assert f"which `kernel[grid]` types as {prepared_type}; or annotate the parameter `a: sp.{prepared_type}`" \
+        in exc.value.help
+    assert len(gpu.launches) == 1  # nothing launched
+    launch_(x, out, prepared_for)  # still usable afterwards
+    poly[(1,)](x, out, other)  # kernel[grid] compiles the other type's specialization
+    assert len(gpu.built) == 2
+    assert gpu.built[-1].params[2].dtype == other_type
+
+
+@pytest.mark.parametrize(("prepared_for", "same"), SAME_TYPE, ids=_ids(SAME_TYPE))
+def test_a_prepared_launch_packs_a_scalar_of_its_type_as_kernel_grid_does(gpu: Any, prepared_for: Any,
+                                                                         same: Any) -> None:
+    gpu.sizes = [8, 8, _size(same)]
+    x, _, out = arrays()
+    poly[(1,)](x, out, same)
+    launch_ = poly[(1,)].prepare(x, out, prepared_for)
+    assert len(gpu.built) == 1  # one specialization
+    launch_(x, out, same)
+    assert gpu.launches[-1]["params"] == gpu.launches[0]["params"]
+
+
+@pytest.mark.parametrize("value", [np.int8(100), np.int64(7), np.uint16(9), 5], ids=str)
+def test_an_annotated_parameter_takes_any_integer_in_its_type_on_both_paths(gpu: Any, value: Any) -> None:
+    gpu.sizes = [8, 8, 4]
+    x, _, out = arrays()
+    launch_ = poly_i32[(1,)].prepare(x, out, 3)
+    launch_(x, out, value)
+    poly_i32[(1,)](x, out, value)
+    assert len(gpu.built) == 1
+    assert gpu.launches[-1]["params"] == gpu.launches[-2]["params"]
+    assert gpu.launches[-1]["params"][2] == struct.pack("<i", int(value))
+
+
+def _reference(a: Any) -> float:
+    """``a * a + a`` as NumPy computes it in ``a``'s type (an i8 wraps, an f16 overflows)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(a * a + a)
+
+
+@pytest.mark.parametrize(("typed", "untyped"), [(np.int8(100), 100), (np.float16(300.0), 300.0),
+                                                (BF16(1.0078125), 1.0078125)], ids=str)
+def test_the_two_types_compute_differently_in_the_interpreter(typed: Any, untyped: Any) -> None:
+    """Why the prepared launch may not convert: the same value in the two types gives two results
+    (the interpreter, against NumPy's arithmetic in each type)."""
+    x = np.random.default_rng(55).uniform(-4.0, 4.0, N).astype(np.float32)
+    results = []
+    for a, c in ((typed, _reference(typed)), (untyped, float(np.float32(untyped) * np.float32(untyped)
+                                                              + np.float32(untyped)))):
+        out = np.full(N, np.nan, np.float32)
+        poly.interpret[(1,)](x, out, a)
+        ref = x.astype(np.float64) + c
+        np.testing.assert_allclose(out, ref, rtol=2 * np.finfo(np.float32).eps, atol=0)
+        results.append(out)
+    assert not np.array_equal(results[0], results[1])
