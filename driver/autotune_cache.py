@@ -41,7 +41,10 @@ try:
 except ImportError:  # not POSIX (Windows): the exclusive-create lock below
     fcntl = None  # type: ignore[assignment]
 
+import numpy as np
+
 from ..frontend.diagnostics import LaunchError
+from ..frontend.sema.specialize import dtype_constexpr
 
 FORMAT = "sparsile-autotune/1"
 TABLE_FORMAT = "sparsile-autotune-table/1"
@@ -79,7 +82,11 @@ def compiler_version() -> str:
 def describe(value: Any) -> str:
     """How one argument enters a cache key: an array by its shape and dtype, a scalar (a numpy
     scalar or 0-d array too: ``np.int64(4096)`` is ``4096``, its dtype is among the key's dtypes)
-    and anything else by repr."""
+    and anything else by repr; a dtype constexpr however spelled (``np.float16``, ``np.dtype("float16")``)
+    as the language type it stands for (``sp.f16``'s repr: one specialization, one key)."""
+    if isinstance(value, type | np.dtype):  # (a NumPy type has `shape` and `dtype` attributes: no array)
+        dtype = dtype_constexpr(value)
+        return repr(value if dtype is None else dtype)
     if not (hasattr(value, "shape") and hasattr(value, "dtype")):
         return repr(value)
     shape = array_shape(value)
@@ -109,7 +116,7 @@ def key_string(key: Sequence[str], bound: Mapping[str, Any], options: Mapping[st
     out=float32; options: num_stages=2``)."""
     parts = [f"{name}={describe(bound[name])}" for name in key]
     dtypes = [f"{name}={dtype_name(v.dtype)}" for name, v in bound.items()
-              if hasattr(v, "dtype") and hasattr(v, "shape")]
+              if hasattr(v, "dtype") and hasattr(v, "shape") and not isinstance(v, type)]
     text = ", ".join(parts)
     if dtypes:
         text += ("; " if text else "") + "dtypes: " + " ".join(dtypes)

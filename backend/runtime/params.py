@@ -19,6 +19,7 @@ from ...frontend.diagnostics import InternalError, LaunchError
 from ...frontend.ir import types as T
 from ...frontend.sema.consts import typed_constant
 from ...frontend.sema.jit_globals import numpy_scalar_constant
+from ...frontend.sema.specialize import dtype_constexpr
 from .codes import ARG_COUNT, ARG_KEYWORD, ARG_SHAPE
 from .dtypes import dtype_info
 
@@ -90,7 +91,9 @@ class _Typed:
 
 def _typed(v: Any) -> Any:
     """``v`` with a typed constant, ``sp.i8(3)`` or ``np.int8(3)`` (one constant: the i8 3), as
-    :class:`_Typed`, a bool one (``np.True_``) as Python's bool; another value as it is. Raises
+    :class:`_Typed`, a bool one (``np.True_``) as Python's bool, a dtype spelled otherwise
+    (``np.float16``, ``np.dtype("float16")``, ``ml_dtypes.bfloat16``) as the language's type
+    (``sp.f16``: one specialization, ``frontend/sema/specialize.py``); another value as it is. Raises
     for a typed constant that has no value (``sp.i8(1e300)``): unequal to any."""
     if isinstance(v, T.TypedConstant):
         c = typed_constant(v)
@@ -99,7 +102,8 @@ def _typed(v: Any) -> Any:
         if c is None:  # a NumPy type the language has none for (np.complex64): its own kind
             return v
     else:
-        return v
+        dtype = dtype_constexpr(v)  # np.float16, np.dtype("float16"): sp.f16, as specialization takes them
+        return v if dtype is None else dtype
     return bool(c.value) if c.dtype.is_bool else _Typed(c.dtype.name, c.value)
 
 

@@ -155,9 +155,10 @@ def describe_value(value: Any) -> str:
     """A launch argument as the diagnostics show it (SP0708, SP0709, SP0718): an array by its
     element type, kind and shape (``a float32 numpy array of shape (2, 3)``, as SP0703 and SP0720
     name arrays), an object whose repr is only its type and address by its type (``a `Foo`
-    object``), anything else by its type and repr, cut at 40 characters (``float 2.5``)."""
+    object``), anything else by its type and repr, cut at 40 characters (``float 2.5``; a class,
+    ``np.float16`` given as a dtype, is no array: ``type <class 'numpy.float16'>``)."""
     cls = type(value)
-    if not isinstance(value, np.generic) and hasattr(value, "shape") and hasattr(value, "dtype"):
+    if not isinstance(value, np.generic | type) and hasattr(value, "shape") and hasattr(value, "dtype"):
         source = _ARRAY_SOURCES.get(cls.__module__.split(".")[0], f"`{cls.__name__}` array")
         try:
             shape = tuple(int(d) for d in value.shape)

@@ -395,19 +395,52 @@ def constexpr_value(p: ParamInfo, v: Any, depth: int = 0) -> Any:
             return typed_constant(v)
         except ValueError as e:
             raise LaunchError("SP0723", f"constexpr argument `{p.name}` = {v!r}: {e}") from None
-    dt = dtype_of(v) if hasattr(v, "dtype") and not hasattr(v, "shape") else None
-    if dt is not None:
-        return dt
-    try:
-        t = T.from_numpy_dtype(np.dtype(v))
-        if t is not None:
-            return t
-    except (TypeError, ValueError):
-        pass
+    t = dtype_constexpr(v)
+    if t is not None:
+        return t
+    within = " (inside a tuple or list)" if depth else ""
+    if isinstance(v, np.dtype) or (isinstance(v, type) and issubclass(v, np.generic)):
+        raise LaunchError("SP0723", f"constexpr argument `{p.name}` is the dtype {_dtype_shown(v)}, which has no type "
+                          f"in the language{within}", help=_DTYPES_HELP)
+    if type(v).__module__ == "torch" and type(v).__name__ == "dtype":  # torch.float16
+        same = _DTYPE_NAMES.get(str(v).removeprefix("torch."))
+        raise LaunchError("SP0723", f"constexpr argument `{p.name}` is the torch dtype {v}{within}: a constexpr "
+                          "dtype is the language's or NumPy's",
+                          help=f"pass sp.{same} (or {_dtype_shown(T.numpy_dtype(same).type)})" if same is not None
+                          else _DTYPES_HELP)
     raise LaunchError("SP0723", f"constexpr argument `{p.name}` must be a number, bool, string, tuple or dtype, "
                       f"found {type(v).__name__}{' inside a tuple or list' if depth else ''}",
                       help="pass Python numbers, bools, strings, dtypes and tuples of them (a run-time value, "
                            "an array among them, goes to a parameter that is not constexpr)")
+
+
+_DTYPES_HELP = ("pass a dtype of the language (sp.f16, sp.bf16, sp.f32, sp.i8, ...) or its NumPy type (np.float16, "
+                "ml_dtypes.bfloat16, np.float32, np.int8, ...)")
+
+
+def _dtype_shown(v: Any) -> str:
+    """A dtype object as SP0723 names it: ``np.complex64``, ``torch.float16``, ``dtype('complex64')``."""
+    if isinstance(v, type):
+        module = v.__module__.split(".")[0]
+        return f"{'np' if module == 'numpy' else module}.{v.__name__}"
+    return repr(v)
+
+
+def dtype_constexpr(v: Any) -> T.ScalarType | None:
+    """The element type a dtype given as a constexpr argument stands for, however it is spelled
+    (``np.float16``, ``np.dtype("float16")``, ``ml_dtypes.bfloat16``, an object with a ``dtype``
+    and no ``shape``: each is ``f16`` / ``bf16`` as ``sp.f16`` is), or None for any other value
+    (numbers, strings, NumPy scalars, ``sp`` types themselves: :func:`constexpr_value` takes those
+    first). The launcher's and a prepared launch's constexpr check compare by it too
+    (``backend/runtime/params.py``), so every spelling of one type is one constexpr on every path."""
+    if isinstance(v, type) or isinstance(v, np.dtype):
+        try:
+            return T.from_numpy_dtype(np.dtype(v))
+        except (TypeError, ValueError):
+            return None
+    if hasattr(v, "dtype") and not hasattr(v, "shape") and not isinstance(v, np.generic | T.Type):
+        return dtype_of(v)
+    return None
 
 
 def constexpr_binding(c: Any) -> Any:
