@@ -44,7 +44,7 @@ except ImportError:  # not POSIX (Windows): the exclusive-create lock below
 import numpy as np
 
 from ..frontend.diagnostics import LaunchError
-from ..frontend.sema.specialize import dtype_constexpr
+from ..frontend.sema.constexpr_dtypes import dtype_constexpr
 
 FORMAT = "sparsile-autotune/1"
 TABLE_FORMAT = "sparsile-autotune-table/1"

@@ -15,7 +15,7 @@ parameters), same device, 16-byte alignment where the kernel was specialized for
 where the parameter needs it (SP0703, SP0720, SP0707, SP0704, SP0705: the launcher's own checks
 and codes). Integer scalars may change (range and divisibility checked, SP0709), but no scalar of
 an unannotated parameter may change its type as ``kernel[grid]`` types it (SP0736,
-``prepared_scalars.py``). Tensor maps come
+``prepared_checks.py``). Tensor maps come
 from a shared LRU keyed by everything a map encodes (a layer's weight is encoded once; a map is
 rewritten into the buffer only when its array moved). Then one ``cuLaunchKernel`` (or
 ``cuLaunchKernelEx`` for clusters and programmatic dependent launches, ``pdl=True``: docs/language.md,
@@ -52,16 +52,13 @@ from typing import TYPE_CHECKING, Any
 from ..backend.runtime.arguments import (
     ARG_KIND,
     ARG_SHAPE,
-    CONSTEXPR,
     DTYPES,
     HOST,
     UNKNOWN_DEVICE,
     ParamBuffer,
     check_array_argument,
     check_grid_fits_cluster,
-    constexpr_equal,
     describe_array,
-    describe_value,
     encode_scalar,
     is_empty_grid,
     is_torch_type,
@@ -80,7 +77,7 @@ from ..backend.runtime.tensormap import (
 )
 from ..frontend.diagnostics import LaunchError
 from ..frontend.ir import types as T
-from .prepared_scalars import typed_scalar_writer
+from .prepared_checks import constexpr_check, typed_scalar_writer
 from .recording import mark_unreplayable
 
 if TYPE_CHECKING:
@@ -235,7 +232,7 @@ class PreparedLaunch:
 
         name = kp.name
         if is_constant_binding(binding):
-            return _constexpr_check(name, value)
+            return constexpr_check(name, value)
         if not params:  # nothing of it reaches the kernel
             return _ignore
         if len(params) == 1 and params[0].kind == "scalar":
@@ -502,15 +499,6 @@ def _source_of(p: Any) -> str:
     if p.kind == "derived" or (p.kind == "tensormap" and getattr(p, "source", None) is not None):
         return p.source
     return p.name.split(".tmap")[0] if p.kind == "tensormap" else p.name
-
-
-def _constexpr_check(name: str, prepared: Any) -> Callable[[Any, _Call], None]:
-    def check(v: Any, call: _Call) -> None:
-        if v is not prepared and not constexpr_equal(v, prepared):
-            raise LaunchError(CONSTEXPR, f"argument `{name}` = {describe_value(v)}, but the launch was prepared "
-                              f"for {name} = {describe_value(prepared)}", "prepare another launch for this value")
-
-    return check
 
 
 __all__ = ["PREPARED_ARGS", "PREPARED_HOST", "PREPARED_STALE", "SHARED_MAPS", "PreparedLaunch", "torch_current_stream",

@@ -17,9 +17,9 @@ import numpy as np
 
 from ...frontend.diagnostics import InternalError, LaunchError
 from ...frontend.ir import types as T
+from ...frontend.sema.constexpr_dtypes import dtype_constexpr
 from ...frontend.sema.consts import typed_constant
 from ...frontend.sema.jit_globals import numpy_scalar_constant
-from ...frontend.sema.specialize import dtype_constexpr
 from .codes import ARG_COUNT, ARG_KEYWORD, ARG_SHAPE
 from .dtypes import dtype_info
 

@@ -1,4 +1,6 @@
-"""The per-call type check of a prepared launch's unannotated scalar arguments (SP0736).
+"""The per-call checks of a prepared launch's constexpr arguments (SP0718: the value it was prepared
+for, :func:`constexpr_check`) and unannotated scalar arguments (SP0736: the type it was prepared
+for, :func:`typed_scalar_writer`).
 
 ``kernel[grid]`` types the scalar given for an unannotated run-time parameter by the value
 (docs/language.md, "Parameter types"): a Python int as ``i32`` (``i64`` outside its range), a float
@@ -17,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend.runtime.arguments import describe_value
+from ..backend.runtime.arguments import CONSTEXPR, constexpr_equal, describe_value
 from ..frontend.diagnostics import LaunchError
 from ..frontend.ir import types as T
 from ..frontend.sema.specialize import ParamInfo, arg_spec
@@ -27,6 +29,18 @@ PREPARED_SCALAR_TYPE = "SP0736"
 another type than the one the launch was prepared (compiled) for."""
 
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def constexpr_check(name: str, prepared: Any) -> Callable[[Any, Any], None]:
+    """The per-call check of constexpr argument ``name``, prepared for ``prepared``: the same value
+    of the same kind (``constexpr_equal``: ``2`` is not ``2.0``, ``np.float16`` is ``sp.f16``), SP0718
+    else."""
+    def check(v: Any, call: Any) -> None:
+        if v is not prepared and not constexpr_equal(v, prepared):
+            raise LaunchError(CONSTEXPR, f"argument `{name}` = {describe_value(v)}, but the launch was prepared "
+                              f"for {name} = {describe_value(prepared)}", "prepare another launch for this value")
+
+    return check
 
 
 def typed_scalar_writer(name: str, prepared: T.ScalarType, write: Callable[[Any, Any], None]
@@ -96,4 +110,4 @@ def _spelling(t: T.ScalarType) -> str:
     return f"an {module}.{cls.__name__}"  # (np. and ml_dtypes. both read with a vowel)
 
 
-__all__ = ["PREPARED_SCALAR_TYPE", "typed_scalar_writer"]
+__all__ = ["PREPARED_SCALAR_TYPE", "constexpr_check", "typed_scalar_writer"]
