@@ -3,7 +3,8 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
-#   bash scripts/gpu_runs.sh a60              # next: the GPU files not run in the fifty-fourth session, then on an H200 issue 12's rows
+#   bash scripts/gpu_runs.sh a61              # next: a60 plus the fifty-fifth session's GPU files, then on an H200 issue 12's rows
+#   bash scripts/gpu_runs.sh a60              # the GPU files not run in the fifty-fourth session, then on an H200 issue 12's rows
 #   bash scripts/gpu_runs.sh a59 / a58        # on an H200 issue 12's T <= 16 rows in one pass / three (a58 first reruns streams54's GPU files)
 #   bash scripts/gpu_runs.sh a57              # on an H200 issue 12's T <= 16 rows; on an H100 tests-rest
 #   bash scripts/gpu_runs.sh a51 / a51b       # a50 split for 600 s calls: on an H200 issue 12's rows first, then the GPU tests; a51b the CPU torch files
@@ -483,6 +484,19 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
     run 340 python benchmarks/bench_llama.py --layers 32 --modes graph \
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
+    ;;
+a61)  # a60's files plus the fifty-fifth session's: prepared launches' scalar types and dtype spellings (prep55), the
+     # layer's autograd without x saved and with weight version checks (hunt55b); then on an H200 issue 12's T <= 16 rows
+    run 240 python -m pytest -q -m gpu -n 8 --timeout 150 -rfEs --junitxml="$out/junit-a61.xml" \
+        tests/gpu/test_prepared_scalar_types_gpu.py tests/gpu/test_torch_autograd_gpu.py tests/gpu/test_torch_training_gpu.py \
+        tests/gpu/test_numpy_scalar_args_gpu.py tests/gpu/test_jax_arrays_kernel_grid_gpu.py \
+        tests/gpu/test_torch_noted_streams_gpu.py tests/gpu/test_pdl_weight_write_gpu.py tests/gpu/test_capture_threads_gpu.py \
+        tests/gpu/test_pdl_gpu.py tests/gpu/test_torch_graph_scratch_gpu.py tests/gpu/test_torch_graph_owners_gpu.py \
+        tests/gpu/test_torch_linear_gpu.py tests/gpu/test_jax_gpu.py
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        run 280 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+            --passes 3 --json "$out/linear-passes-61.json"
+    fi
     ;;
 a60)  # the fifty-fourth session's GPU files that did not run (NumPy scalar arguments, JAX arrays through kernel[grid],
      # review54a's noted-stream ids against this torch) with the torch capture files its last merges touched; then on an
