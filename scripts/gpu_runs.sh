@@ -3,7 +3,8 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
-#   bash scripts/gpu_runs.sh a61              # next: a60 plus the fifty-fifth session's GPU files, then on an H200 issue 12's rows
+#   bash scripts/gpu_runs.sh rows61           # next, on an H200 only: issue 12's T <= 16 rows (its acceptance)
+#   bash scripts/gpu_runs.sh a61              # (ran at 8f26de0 on an H100: 342 passed) a60 plus the fifty-fifth session's GPU files, then on an H200 issue 12's rows
 #   bash scripts/gpu_runs.sh a60              # the GPU files not run in the fifty-fourth session, then on an H200 issue 12's rows
 #   bash scripts/gpu_runs.sh a59 / a58        # on an H200 issue 12's T <= 16 rows in one pass / three (a58 first reruns streams54's GPU files)
 #   bash scripts/gpu_runs.sh a57              # on an H200 issue 12's T <= 16 rows; on an H100 tests-rest
@@ -484,6 +485,14 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
     run 340 python benchmarks/bench_llama.py --layers 32 --modes graph \
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
+    ;;
+rows61)  # issue 12's acceptance alone: on an H200 its T <= 16 rows in three passes; on any other card nothing
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        run 300 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+            --passes 3 --json "$out/linear-passes-61.json"
+    else
+        echo "rows61: not an H200; issue 12's rows are recorded for the H100 already" | tee -a "$log"
+    fi
     ;;
 a61)  # a60's files plus the fifty-fifth session's: prepared launches' scalar types and dtype spellings (prep55), the
      # layer's autograd without x saved and with weight version checks (hunt55b); then on an H200 issue 12's T <= 16 rows
