@@ -1,9 +1,10 @@
 """Host views of kernel arguments for the interpreter.
 
 numpy arrays are used in place (a contiguous array is viewed flat; a strided one is copied and
-written back). torch CPU tensors are used in place (bfloat16 and float8 ones, and a lazy negation
-such as ``torch._neg_view(t)``, through a copy with the negation applied: the GPU launch refuses
-the latter, SP0751);
+written back; a subclass such as ``np.matrix`` through a plain view of its memory; a byte-swapped
+one through a copy in the machine's byte order, written back converted). torch CPU tensors are
+used in place (bfloat16 and float8 ones, and a lazy negation such as ``torch._neg_view(t)``,
+through a copy with the negation applied: the GPU launch refuses the latter, SP0751);
 other torch tensors and cupy arrays are converted to host arrays and written back after the run
 when the kernel writes them. Any other array object (a JAX array) is read through a read-only
 host copy: nothing could write it back, so a kernel writing it is refused (SP0719).
@@ -26,8 +27,8 @@ from .values import Buffer, PtrVal, TensorVal
 def to_host(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None]:
     """A numpy view or copy of ``obj``, and a function writing a copy back (None if a view)."""
     obj = getattr(obj, "sparsile_array", lambda: obj)()
-    if isinstance(obj, np.ndarray):
-        return obj, None
+    if isinstance(obj, np.ndarray):  # (a subclass, np.matrix or np.memmap, viewed as a plain array of its memory)
+        return (obj if type(obj) is np.ndarray else obj.view(np.ndarray)), None
     mod = type(obj).__module__.split(".")[0]
     if mod == "torch":
         import torch

@@ -63,6 +63,11 @@ def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = True) -> A
     if unwrap is not None:
         value = unwrap()
     ann = p.annotation
+    if isinstance(value, np.ma.MaskedArray) and np.ma.is_masked(value):
+        raise LaunchError("SP0708", f"argument `{p.name}` is a masked array with {np.ma.count_masked(value)} masked "
+                          "elements; a kernel reads and writes the memory under the mask and ignores the mask",
+                          help=f"pass `{p.name}.filled(value)` (e.g. 0) for the masked elements, or "
+                               f"`{p.name}.data` to use the values under the mask")
     if isinstance(ann, T.TensorType):
         elem = dtype_of(value)
         if not is_array_like(value) or elem is None:

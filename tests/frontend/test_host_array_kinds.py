@@ -1,0 +1,104 @@
+"""Unusual numpy arrays given to ``kernel.interpret[grid](...)`` (frontend/interp/host_arrays.py) and
+to a launch's argument checks (frontend/sema/specialize.py ``arg_spec``): random inputs, poisoned
+outputs, float64 references.
+
+* ``np.matrix`` arguments failed inside the interpreter (an internal compiler error: its flat view
+  stayed 2-D); a subclass is now read and written through a plain view of its memory.
+* A masked array with masked elements was read and written as if unmasked; it is refused at the
+  launch now (SP0708), on the GPU path's checks too; one without masked elements is its data.
+* Byte-swapped arrays (``'>f4'``) in and out are converted both ways (this worked before: kept here
+  with the other kinds).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sparsile as sp
+from sparsile.frontend.diagnostics import LaunchError
+
+SOURCE = """
+@kernel
+def axpy(x: ptr[f32], y: ptr[f32], out: ptr[f32], n: i32, BLOCK: constexpr = 64):
+    offs = program_id(0) * BLOCK + arange(0, BLOCK)
+    mask = offs < n
+    store(out + offs, 3.0 * load(x + offs, mask=mask) + load(y + offs, mask=mask), mask=mask)
+"""
+N = 150
+GRID = ((N + 63) // 64,)
+
+
+def kernel() -> sp.Kernel:
+    return sp.loads(SOURCE, "kinds.spk").kernels["axpy"]
+
+
+def operands(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-2, 2, N).astype(np.float32)
+    y = rng.uniform(-2, 2, N).astype(np.float32)
+    return x, y, 3.0 * x.astype(np.float64) + y.astype(np.float64)
+
+
+def assert_close(got: np.ndarray, ref: np.ndarray) -> None:
+    got64 = np.asarray(got, dtype=np.float64).reshape(-1)
+    assert not np.isnan(got64).any(), "unwritten outputs"
+    assert np.allclose(got64, ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+def test_matrix_arguments_in_and_out() -> None:
+    x, y, ref = operands(1)
+    out = np.asmatrix(np.full(N, np.nan, np.float32))  # (1, N)
+    kernel().interpret[GRID](np.asmatrix(x), y, out, N)
+    assert_close(out, ref)
+
+
+def test_memmap_out(tmp_path) -> None:
+    x, y, ref = operands(2)
+    out = np.memmap(tmp_path / "out.f32", dtype=np.float32, mode="w+", shape=(N,))
+    out[:] = np.nan
+    kernel().interpret[GRID](x, y, out, N)
+    out.flush()
+    assert_close(np.fromfile(tmp_path / "out.f32", np.float32), ref)
+
+
+def test_byte_swapped_arguments_in_and_out() -> None:
+    x, y, ref = operands(3)
+    out = np.full(N, np.nan, ">f4")
+    kernel().interpret[GRID](x.astype(">f4"), y, out, N)
+    assert out.dtype == np.dtype(">f4")
+    assert_close(out, ref)
+
+
+def masked(a: np.ndarray, where: list[int]) -> np.ma.MaskedArray:
+    mask = np.zeros(a.shape, bool)
+    mask[where] = True
+    return np.ma.array(a, mask=mask)
+
+
+@pytest.mark.parametrize("position", ["x", "out"])
+def test_masked_array_with_masked_elements_is_sp0708(position: str) -> None:
+    x, y, _ = operands(4)
+    out = np.full(N, np.nan, np.float32)
+    args = [x, y, out]
+    index = ["x", "y", "out"].index(position)
+    args[index] = masked(args[index], [3, 17, 99])
+    with pytest.raises(LaunchError) as info:
+        kernel().interpret[GRID](*args, N)
+    assert info.value.code == "SP0708"
+    assert info.value.message == (f"argument `{position}` is a masked array with 3 masked elements; a kernel reads "
+                                  "and writes the memory under the mask and ignores the mask")
+    assert info.value.help == (f"pass `{position}.filled(value)` (e.g. 0) for the masked elements, or "
+                               f"`{position}.data` to use the values under the mask")
+    assert np.isnan(out).all()  # refused before anything ran
+    with pytest.raises(LaunchError) as info:  # the GPU path's checks, up to the compile (no GPU needed)
+        kernel()[GRID].compile_for("sm_90a", *args, N)
+    assert info.value.code == "SP0708"
+
+
+def test_masked_array_without_masked_elements_is_its_data() -> None:
+    x, y, ref = operands(5)
+    out = masked(np.full(N, np.nan, np.float32), [])
+    kernel().interpret[GRID](masked(x, []), y, out, N)
+    assert_close(out.data, ref)
