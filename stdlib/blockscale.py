@@ -92,8 +92,17 @@ def _block(block: int) -> int:
     return block
 
 
+def _array(x: Any, what: str) -> np.ndarray:
+    """``np.asarray(x)``, refusing a masked array with masked elements (asarray drops the mask: the
+    values under it would be used)."""
+    if isinstance(x, np.ma.MaskedArray) and np.ma.is_masked(x):
+        raise BlockScaleError(f"{what} is a masked array with {np.ma.count_masked(x)} masked elements; the "
+                              "values under the mask would be used", f"pass {what}.filled(value) or {what}.data")
+    return np.asarray(x)
+
+
 def _matrix(x: Any, what: str) -> np.ndarray:
-    arr = np.asarray(x)
+    arr = _array(x, what)
     if arr.ndim != 2:
         raise BlockScaleError(f"{what} must be a 2-D matrix, got shape {arr.shape}")
     if arr.dtype.kind not in "biuf" and arr.dtype not in [np.dtype(t) for t in ELEMENT_TYPES.values()]:
@@ -126,7 +135,7 @@ def n_blocks(k: int, block: int) -> int:
 # --------------------------------------------------------------------------------------------
 def decode_ue8m0(scales: Any) -> np.ndarray:
     """``2^(byte - 127)`` as float64 (byte 0xFF is NaN, the only special value of UE8M0)."""
-    s = np.asarray(scales)
+    s = _array(scales, "scales")
     if s.dtype.kind not in "ui" or (s.size and not 0 <= s.min() <= s.max() <= UE8M0_NAN):
         raise BlockScaleError(f"UE8M0 scales are bytes (integers 0-255), got {s.dtype} values",
                               "pass the uint8 exponents quantize_mx returns")
@@ -226,7 +235,7 @@ def encode_scales(scales: Any, *, pad_value: int = UE8M0_BIAS) -> np.ndarray:
 
 def decode_scales(atoms: Any, rows: int, blocks: int) -> np.ndarray:
     """Inverse of :func:`encode_scales`: the (rows, blocks) uint8 scales."""
-    a = np.asarray(atoms)
+    a = _array(atoms, "atoms")
     rows, blocks = _count(rows, "rows"), _count(blocks, "blocks")
     want = scale_atoms_shape(rows, blocks)
     if a.dtype != np.uint32 or a.size != int(np.prod(want)):

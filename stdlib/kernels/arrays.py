@@ -308,17 +308,24 @@ def overlaps(out: Any, *reads: Any) -> bool:
 def output_array(out: Any, shape: tuple[int, int], dtype: str, help: str, home: Any, interpret: bool,
                  reads: tuple[Any, ...] = ()) -> Any:
     """``out`` (checked: ``shape``, numpy dtype name ``dtype``, writable, no two elements sharing
-    memory; ``help`` names the rule) when the launch can write it in place, else a new array like
-    :func:`empty_array`: also where out shares memory with ``home`` (b or x) or one of ``reads``
-    (the other operands), so that C is the product of the operands as they were passed."""
+    memory, no masked element; ``help`` names the rule) when the launch can write it in place, else a
+    new array like :func:`empty_array` (also for a byte-swapped numpy out, ``dtype('>f2')``): also
+    where out shares memory with ``home`` (b or x) or one of ``reads`` (the other operands), so that
+    C is the product of the operands as they were passed."""
     if out is not None:
         have_shape = tuple(getattr(out, "shape", ()))
         have = str(getattr(out, "dtype", "")).removeprefix("torch.")
+        if isinstance(out, np.ndarray) and not out.dtype.isnative:  # (">f2": C is copied in, converted)
+            have = out.dtype.name
         if have_shape != shape or have != dtype:
             raise bad_input(f"out must be a {shape} {dtype} array, got {have_shape} {have or type(out)}", help=help)
         kind = array_kind(out)
         if kind == "numpy" and not out.flags.writeable:
             raise bad_input("out is a read-only array", help="pass a writable array, or leave out unset for a new one")
+        if isinstance(out, np.ma.MaskedArray) and np.ma.is_masked(out):  # (C is written under the mask, hidden)
+            raise bad_input(f"out is a masked array with {np.ma.count_masked(out)} masked elements: C would be "
+                            "written under the mask and stay hidden", help="pass a plain array (or out.data), or "
+                            "leave out unset for a new one")
         check_distinct_elements(out, have_shape)
         # (after the checks, which hold for any out: copy_ would convert or broadcast; numpy: the
         # interpreter runs in place too)
@@ -326,7 +333,8 @@ def output_array(out: Any, shape: tuple[int, int], dtype: str, help: str, home: 
             return empty_array(home, shape, dtype, interpret)  # deliver_result copies C into out
         if kind == "torch" and not interpret and out.is_contiguous() and not out.is_neg():
             return out  # (a neg view: C through a copy, which torch's copy_ writes through the negation)
-        if kind in ("numpy", "cupy") and (kind == "numpy" or not interpret) and out.flags["C_CONTIGUOUS"]:
+        if kind in ("numpy", "cupy") and (kind == "numpy" or not interpret) and out.flags["C_CONTIGUOUS"] \
+                and out.dtype.isnative:
             return out
     return empty_array(home, shape, dtype, interpret)
 

@@ -69,6 +69,7 @@ def operand_of(x: Any) -> str | None:
         dt = np.dtype(x.dtype)
     except (AttributeError, TypeError):
         return None
+    dt = dt.newbyteorder("=")  # (byte-swapped values are converted: as_host_array)
     return next((c.operand for c in KERNELS.values() if operand_type(c.operand).host_dtype == dt), None)
 
 

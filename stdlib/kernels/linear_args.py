@@ -43,8 +43,8 @@ def linear_error(code: str, message: str, help: str) -> SparsityError:
 
 def linear_out_dtype(out_dtype: Any, x: Any) -> str:
     """The numpy name of y's element type: ``out_dtype``, else x's (f16/bf16/f32), else bfloat16."""
-    if out_dtype is None:
-        name = str(getattr(x, "dtype", "")).removeprefix("torch.")
+    if out_dtype is None:  # (a numpy x's name: that of a byte-swapped one, dtype('>f2'), too)
+        name = x.dtype.name if isinstance(x, np.ndarray) else str(getattr(x, "dtype", "")).removeprefix("torch.")
         return name if name in ("float16", "bfloat16", "float32") else "bfloat16"
     try:
         spelled = str(np.dtype(out_dtype) if isinstance(out_dtype, type) else out_dtype)

@@ -9,7 +9,7 @@ import numpy as np
 
 from .dtypes import OperandType, operand_type
 from .errors import SparsityError
-from .hostarray import as_host_array
+from .hostarray import as_host_array, plain_array
 from .layouts import pad_sizes
 
 _OWNED: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
@@ -59,8 +59,9 @@ class MetadataBuffer:
     The buffer is immutable, ``data`` included, and owns its words: launchers validate the words
     once per buffer and keep one device copy of them (``gemm_operands``), so an edit would reach
     neither check nor GPU. A hand-built ``MetadataBuffer(words, ...)`` therefore copies ``words``
-    (the caller's array stays the caller's: editing it later changes nothing here) and holds a
-    read-only view of the copy, which numpy refuses to make writable again; words of another array
+    (the caller's array stays the caller's: editing it later changes nothing here; byte-swapped
+    words, ``dtype('>u4')``, are copied in the machine's byte order) and holds a read-only view of
+    the copy, which numpy refuses to make writable again; words of another array
     type (a torch tensor, a CUDA one too, a cupy or JAX array) are copied to the host the same way.
     The encoders hand over words they made without a copy (:func:`adopt_words`). To change
     metadata, edit a copy (``np.asarray(buffer, copy=True)``) and tag it anew.
@@ -80,6 +81,7 @@ class MetadataBuffer:
             except SparsityError:  # kept as given: validation says what it is (as for a list or None)
                 return
         if isinstance(data, np.ndarray) and _OWNED.get(id(data)) is not data:
+            data = plain_array(data, "metadata")  # (native byte order: readers view the words as uint32)
             object.__setattr__(self, "data", _frozen(np.array(data, copy=True, order="K")))
 
     @property

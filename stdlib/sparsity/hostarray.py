@@ -6,6 +6,12 @@ know such as bfloat16 or float8), a torch-like object is copied with ``.cpu()`` 
 with ``.get()``; torch's bfloat16/float8 tensors are reinterpreted through an integer view and
 re-tagged with the matching ml_dtypes type; other objects (a JAX bfloat16 or float8 array) go
 through their ``__array__``. Anything else goes through :func:`numpy.asarray`.
+
+Whatever the route, the result is a plain ``numpy.ndarray`` in the machine's byte order
+(:func:`plain_array`): a subclass (``np.matrix``, ``np.memmap``) is viewed as one, a byte-swapped
+array (``dtype('>f2')``) is converted (the toolkit reads raw bits: words or values of the other byte
+order would be other numbers), and a masked array with masked elements is refused (SP0804: the
+toolkit would read the values under the mask).
 """
 
 from __future__ import annotations
@@ -58,15 +64,33 @@ def _torch_to_numpy(tensor: Any) -> np.ndarray | None:
     return array
 
 
+def plain_array(array: np.ndarray, what: str = "input") -> np.ndarray:
+    """``array`` as a plain ``numpy.ndarray`` of native byte order: a view of a subclass's memory
+    (``np.matrix``, ``np.memmap``; a masked array's data when no element is masked), a native copy
+    of a byte-swapped array, ``array`` itself otherwise. SP0804 for a masked array with masked
+    elements: nothing here honours a mask, so its values would be read as if unmasked."""
+    if type(array) is not np.ndarray:
+        if isinstance(array, np.ma.MaskedArray) and np.ma.is_masked(array):
+            count = int(np.ma.count_masked(array))
+            raise SparsityError(SP_BAD_INPUT, f"{what} is a masked array with {count} masked elements; the "
+                                "computation would read the values under the mask",
+                                help=f"pass {what}.filled(value) (e.g. 0) for the masked elements, or "
+                                     f"{what}.data to use the values under the mask")
+        array = array.view(np.ndarray)
+    if not array.dtype.isnative and array.dtype.itemsize > 1:
+        array = array.astype(array.dtype.newbyteorder("="))
+    return array
+
+
 def as_host_array(x: Any, what: str = "input") -> np.ndarray:
     """``x`` as a numpy array in host memory (a view where possible, a copy for device data).
 
     Accepts numpy arrays, DLPack producers (torch, cupy, jax), torch CUDA tensors (through
     ``.cpu()``), cupy arrays (through ``.get()``) and nested sequences. Raises SP0804 when none of
-    these work.
+    these work. The result is a plain ndarray of native byte order (:func:`plain_array`).
     """
     if isinstance(x, np.ndarray):
-        return x
+        return plain_array(x, what)
     if hasattr(x, "__dlpack__"):
         if getattr(x, "is_neg", None) is not None and (x.is_neg() or x.is_conj()):
             x = x.resolve_neg().resolve_conj()  # torch exports a lazy negation's memory without the negation
@@ -95,7 +119,7 @@ def as_host_array(x: Any, what: str = "input") -> np.ndarray:
                 "it and it has no working .cpu() or .get()",
                 help="pass a numpy array, or copy the tensor to host memory first",
             )
-        return array
+        return plain_array(array, what)
     try:
         array = np.asarray(x)
     except (TypeError, ValueError) as exc:
@@ -104,7 +128,7 @@ def as_host_array(x: Any, what: str = "input") -> np.ndarray:
     if array.dtype == object:
         raise SparsityError(SP_BAD_INPUT, f"{what} is not a numeric array (element type object)",
                             help="pass a numpy array of numbers")
-    return array
+    return plain_array(array, what)
 
 
 def checked_size(value: Any, what: str) -> int:

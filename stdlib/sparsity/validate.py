@@ -117,7 +117,7 @@ def _check_array(data: np.ndarray, fmt: str, op: OperandType, m: int, k: int) ->
                             help="pass the array produced by encode_metadata() (or its .data)")
     if data.dtype == np.uint32 and data.flags.c_contiguous:
         return data
-    return np.ascontiguousarray(data).view(np.uint32)
+    return np.ascontiguousarray(data, dtype=data.dtype.newbyteorder("=")).view(np.uint32)  # (the words' values)
 
 
 def _where(fmt: str, op: OperandType, m: int, k: int, row: int, chunk: int) -> str:
