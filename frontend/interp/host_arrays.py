@@ -244,10 +244,50 @@ class _HostArg:
         self.span = _byte_span(value, arr, back is not None)
 
 
+SELF_OVERLAP_EXACT = 1 << 22
+"""Elements up to which :func:`_self_overlapping` compares every element's address when the strides
+alone do not keep the elements apart (an ``as_strided`` view); a larger such array counts as overlapping."""
+
+
+def _self_overlapping(arr: np.ndarray) -> bool:
+    """Whether two elements of ``arr`` share a byte (a zero stride, rows of an ``as_strided`` view
+    that overlap). A slice, transpose or reversal of a dense array passes the first test."""
+    dims = sorted((abs(st), n) for n, st in zip(arr.shape, arr.strides, strict=True) if n > 1)
+    if arr.size == 0:
+        return False
+    reach = arr.itemsize
+    for stride, n in dims:
+        if stride < reach:
+            break
+        reach += stride * (n - 1)
+    else:
+        return False
+    if arr.size > SELF_OVERLAP_EXACT:
+        return True
+    offsets = np.zeros(1, np.int64)
+    for stride, n in dims:
+        offsets = (offsets[:, None] + np.arange(n, dtype=np.int64)[None, :] * stride).reshape(-1)
+    offsets.sort()
+    return bool((np.diff(offsets) < arr.itemsize).any())
+
+
+def _check_self_overlap(a: _HostArg) -> None:
+    """A written array whose own elements share memory runs on a dense copy, and the copy back
+    keeps one of the values written to each shared address, silently: LaunchError SP0750."""
+    if a.writes and a.copied and _self_overlapping(a.arr):
+        raise LaunchError("SP0750", f"elements of argument `{a.name}` overlap in memory (shape {a.arr.shape}, byte "
+                          f"strides {a.arr.strides}), and the kernel writes through it; the interpreter runs on a "
+                          "copy, and copying it back would keep only one of the values written to each shared "
+                          "address", help="pass an array whose elements are distinct (e.g. `out.copy()`, or a "
+                                          "slice of a new array)")
+
+
 def _check_overlaps(args: list[_HostArg]) -> None:
     """Two arguments that share memory, at least one of them written, must be the identical view
     (they then share one host copy) or both be used in place; otherwise a copy would hide one's
     writes from the other: LaunchError SP0750."""
+    for a in args:
+        _check_self_overlap(a)
     for i, a in enumerate(args):
         for b in args[i + 1:]:
             if (a.writes or b.writes) and a.view_key != b.view_key and (a.copied or b.copied) and _overlap(a, b):

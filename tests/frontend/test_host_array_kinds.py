@@ -6,6 +6,8 @@ outputs, float64 references.
   stayed 2-D); a subclass is now read and written through a plain view of its memory.
 * A masked array with masked elements was read and written as if unmasked; it is refused at the
   launch now (SP0708), on the GPU path's checks too; one without masked elements is its data.
+* A written array whose own elements share memory (a writable zero stride, overlapping
+  ``as_strided`` rows) ran on a copy whose write-back kept one value per address: SP0750 now.
 * Byte-swapped arrays (``'>f4'``) in and out are converted both ways (this worked before: kept here
   with the other kinds).
 """
@@ -102,3 +104,40 @@ def test_masked_array_without_masked_elements_is_its_data() -> None:
     out = masked(np.full(N, np.nan, np.float32), [])
     kernel().interpret[GRID](masked(x, []), y, out, N)
     assert_close(out.data, ref)
+
+
+@pytest.mark.parametrize("shape, strides", [((N,), (0,)), ((2, 75), (50 * 4, 4))])
+def test_written_array_whose_elements_share_memory_is_sp0750(shape, strides) -> None:
+    """A writable zero-stride (or row-overlapping ``as_strided``) out ran on a dense copy, and the
+    copy back kept one of the values written to each shared address (the last), silently."""
+    x, y, _ = operands(6)
+    base = np.full(2 * N, np.nan, np.float32)
+    out = np.lib.stride_tricks.as_strided(base, shape, strides)
+    with pytest.raises(LaunchError) as info:
+        kernel().interpret[GRID](x, y, out.reshape(-1) if out.ndim == 1 else out, N)
+    assert info.value.code == "SP0750"
+    assert info.value.message == (f"elements of argument `out` overlap in memory (shape {shape}, byte strides "
+                                  f"{strides}), and the kernel writes through it; the interpreter runs on a copy, "
+                                  "and copying it back would keep only one of the values written to each shared "
+                                  "address")
+    assert np.isnan(base).all()  # refused before anything ran
+    x_zero = np.lib.stride_tricks.as_strided(x, (N,), (0,))  # read only: fine (every element is x[0])
+    distinct = base[: 2 * N : 2]  # strided, elements distinct: written back
+    kernel().interpret[GRID](x_zero, y, distinct, N)
+    assert_close(distinct, 3.0 * np.float64(x[0]) + y.astype(np.float64))
+
+
+def test_launcher_description_of_a_masked_array() -> None:
+    """The GPU launcher's own description of an argument (what a prepared launch's later calls go
+    through, without binding again): a masked array with masked elements is SP0708 there too (it
+    was described by its data, the mask dropped); one without is its data."""
+    from sparsile.backend.runtime.arrays import describe_array
+
+    x, _, _ = operands(7)
+    with pytest.raises(LaunchError) as info:
+        describe_array(masked(x, [5]))
+    assert info.value.code == "SP0708"
+    assert info.value.message == ("a masked array with 1 masked elements: a kernel reads and writes the memory "
+                                  "under the mask and ignores the mask")
+    plain, unmasked = describe_array(x), describe_array(masked(x, []))
+    assert (unmasked.ptr, unmasked.dtype, unmasked.shape) == (plain.ptr, plain.dtype, plain.shape)
