@@ -125,6 +125,17 @@ def _describe_numpy(arr: np.ndarray, stream: int) -> ArrayInfo:
                      not arr.flags.writeable, "numpy array", None, arr)
 
 
+def _describe_masked(arr: np.ma.MaskedArray, stream: int) -> ArrayInfo:
+    """A numpy masked array: its data, where no element is masked; LaunchError SP0708 otherwise (a
+    launch reads and writes the memory under the mask: ``kernel[grid]`` refuses it when binding,
+    frontend/sema/specialize.py, and a prepared launch's later calls here)."""
+    if np.ma.is_masked(arr):
+        raise LaunchError(ARG_KIND, f"a masked array with {np.ma.count_masked(arr)} masked elements: a kernel reads "
+                          "and writes the memory under the mask and ignores the mask",
+                          "pass x.filled(value) for the masked elements, or x.data to use the values under the mask")
+    return _describe_numpy(arr.view(np.ndarray), stream)
+
+
 def _describe_torch(t: Any, stream: int) -> ArrayInfo:
     if t.is_neg() or t.is_conj():
         return _describe_torch_plain(t, stream)._replace(negated=True)
@@ -256,7 +267,7 @@ def _choose_extractor(cls: type) -> Callable[[Any, int], ArrayInfo | None]:
 
 def _protocol_extractor(cls: type) -> Callable[[Any, int], ArrayInfo | None]:
     if issubclass(cls, np.ndarray):
-        return _describe_numpy
+        return _describe_masked if issubclass(cls, np.ma.MaskedArray) else _describe_numpy
     torch = sys.modules.get("torch")
     if torch is not None and issubclass(cls, torch.Tensor):
         return _describe_torch
