@@ -43,7 +43,7 @@ from ..sparsity.errors import (
     SP_UNDEFINED_NIBBLE,
     SP_VALUES_MISMATCH,
 )
-from ..sparsity.hostarray import checked_flag, checked_size, require_numeric
+from ..sparsity.hostarray import checked_flag, checked_size, plain_array, require_numeric
 from ..sparsity.layouts import check_format, check_supported, metadata_shape, pad_sizes
 from ..sparsity.validate import ORDERED_NIBBLES, TCGEN05_UNORDERED_NIBBLES, TF32_NIBBLES, UNDEFINED_NIBBLES, check_tag
 from .arrays import array_kind, bad_input, cupy_device
@@ -125,7 +125,8 @@ def _placed(x: Any, what: str, interpret: bool) -> Any:
         return x.resolve_neg()
     if not interpret and kind == "cupy":
         return x
-    if kind == "numpy":
+    if kind == "numpy":  # (a plain array of native byte order, as the host toolkit reads it: plain_array)
+        x = plain_array(x, what)
         require_numeric(x, what)
         return x
     host = as_host_array(x, what)

@@ -10,6 +10,8 @@ float64 references.
 * A masked array with masked elements was read as if unmasked (the values under the mask pruned,
   compressed and multiplied): SP0804 now; one without masked elements is its data.
 * The block-scale toolkit (``quantize_mx``, ...) read masked arrays through ``np.asarray``: refused too.
+* The GPU toolkit (``compress_gpu``, ...) took numpy inputs as given: byte-swapped ones refused
+  where the host toolkit converts them, masked ones read as if unmasked.
 * ``sparse_linear``'s y took bfloat16 for a byte-swapped float16 (or float32) x, not x's type.
 * An ``np.matrix`` out of ``sparse_matmul(..., interpret=True)`` failed inside the interpreter
   (an internal compiler error); a byte-swapped numpy out (``'>f2'``) was refused as not float16.
@@ -178,3 +180,25 @@ def test_block_scale_toolkit_refuses_masked_elements() -> None:
     values, scales = blockscale.quantize_mx(np.ma.array(x, mask=np.zeros(x.shape, bool)))
     want_values, want_scales = blockscale.quantize_mx(x)
     assert np.array_equal(scales, want_scales) and np.array_equal(values, want_values)
+
+
+def test_gpu_toolkit_reads_numpy_inputs_as_the_host_toolkit_does() -> None:
+    """The GPU toolkit (run here in the interpreter) took numpy inputs as they were: byte-swapped
+    ones were refused ("cannot tell the sparse operand type of >f2", "uint32 words, found >u4")
+    where the host toolkit converts them, and masked ones were read as if unmasked."""
+    from sparsile.stdlib.kernels import sparsity_gpu
+
+    rng = np.random.default_rng(9)
+    w = (rng.uniform(0.5, 2.0, (32, 64)) * rng.choice([-1.0, 1.0], (32, 64))).astype(np.float16)
+    values, indices = compress(w, prune=True)
+    words = np.asarray(encode_metadata(indices, "sm90", "f16"))
+    got = sparsity_gpu.compress_gpu(w.astype(">f2"), interpret=True)
+    assert np.array_equal(np.asarray(got.values), values)
+    dense = sparsity_gpu.decompress_gpu(values.astype(">f2"), words.astype(">u4"), "sm90", "f16", m=32, k=64,
+                                        interpret=True)
+    assert np.array_equal(np.asarray(dense), prune_2_4(w))
+    mask = np.zeros(w.shape, bool)
+    mask[0, 0] = True
+    with pytest.raises(SparsityError) as info:
+        sparsity_gpu.prune_gpu(np.ma.array(w, mask=mask), interpret=True)
+    assert info.value.code == "SP0804" and "w is a masked array with 1 masked elements" in str(info.value)
