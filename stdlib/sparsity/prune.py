@@ -61,10 +61,18 @@ def _fast_operand(dtype: np.dtype, pattern: Pattern) -> OperandType | None:
     return op
 
 
+def integer_magnitudes(array: np.ndarray) -> np.ndarray:
+    """|x| of a bool or integer array, exact, as uint64: |int64 min| = 2**63 and uint64 values from
+    2**63 up, which an int64 |x| wrapped to negative numbers (pruned as the smallest)."""
+    if array.dtype.kind == "u":
+        return array.astype(np.uint64)
+    return np.abs(array.astype(np.int64)).view(np.uint64)  # (|-2**63| wraps to -2**63: as uint64, 2**63)
+
+
 def orderable_magnitudes(array: np.ndarray) -> np.ndarray:
-    """|x| in a type that orders every value (float64, or int64 for integers); NaN -> +inf."""
+    """|x| in a type that orders every value (float64, or exact uint64 for integers); NaN -> +inf."""
     if array.dtype.kind in "biu":
-        return np.abs(array.astype(np.int64))
+        return integer_magnitudes(array)
     mags = np.abs(array.astype(np.float64))
     mags[np.isnan(mags)] = np.inf
     return mags
@@ -73,12 +81,18 @@ def orderable_magnitudes(array: np.ndarray) -> np.ndarray:
 def unit_keys(array: np.ndarray, unit: int) -> np.ndarray:
     """Ranking keys of the units (``unit`` consecutive elements along the last axis) of ``array``, in
     the order pruning keeps them: |x| (or |a|+|b| of a pair) with NaN above every number, +inf
-    included, as the operand kernels' magnitude bits order them. Integers give exact int64 sums;
-    floats the raw bits of the float64 magnitude (monotone in |x|; NaN's bits lie above inf's), a
-    pair holding a NaN the largest NaN key of its elements."""
+    included, as the operand kernels' magnitude bits order them. Integers give exact uint64 sums
+    (Python integers where a sum could pass 2**64); floats the raw bits of the float64 magnitude
+    (monotone in |x|; NaN's bits lie above inf's), a pair holding a NaN the largest NaN key of its
+    elements."""
     shape = (*array.shape[:-1], array.shape[-1] // unit, unit)
     if array.dtype.kind in "biu":
-        return np.abs(array.astype(np.int64)).reshape(shape).sum(axis=-1)
+        mags = integer_magnitudes(array).reshape(shape)
+        if unit == 1:
+            return mags[..., 0]
+        if mags.size and int(mags.max()) >= 2 ** 64 // unit:  # (a uint64 sum would wrap)
+            return mags.astype(object).sum(axis=-1)
+        return mags.sum(axis=-1, dtype=np.uint64)
     mags = np.abs(array.astype(np.float64)).reshape(shape)
     bits = mags.view(np.uint64) & np.uint64(0x7FFFFFFFFFFFFFFF)
     if unit == 1:

@@ -12,6 +12,8 @@ float64 references.
 * The block-scale toolkit (``quantize_mx``, ...) read masked arrays through ``np.asarray``: refused too.
 * The GPU toolkit (``compress_gpu``, ...) took numpy inputs as given: byte-swapped ones refused
   where the host toolkit converts them, masked ones read as if unmasked.
+* Integer pruning took |x| in int64: |int64 min| and uint64 values from 2**63 up wrapped negative,
+  so the largest magnitudes of a group were dropped.
 * ``sparse_linear``'s y took bfloat16 for a byte-swapped float16 (or float32) x, not x's type.
 * An ``np.matrix`` out of ``sparse_matmul(..., interpret=True)`` failed inside the interpreter
   (an internal compiler error); a byte-swapped numpy out (``'>f2'``) was refused as not float16.
@@ -31,6 +33,8 @@ from sparsile.stdlib.sparsity import (
     decompress,
     encode_metadata,
     prune_2_4,
+    prune_mask_2_4,
+    prune_mask_4_8_pairs,
     validate_metadata,
 )
 
@@ -202,3 +206,30 @@ def test_gpu_toolkit_reads_numpy_inputs_as_the_host_toolkit_does() -> None:
     with pytest.raises(SparsityError) as info:
         sparsity_gpu.prune_gpu(np.ma.array(w, mask=mask), interpret=True)
     assert info.value.code == "SP0804" and "w is a masked array with 1 masked elements" in str(info.value)
+
+
+def python_keep_mask(w: np.ndarray, group: int, keep: int, unit: int = 1) -> np.ndarray:
+    """The pruning rule on Python integers: per group, the ``keep`` units of largest |a| (+ |b| of a
+    pair), ties to the lower index."""
+    out = np.zeros(w.shape, bool)
+    for r in range(w.shape[0]):
+        for g in range(0, w.shape[1], group):
+            keys = [sum(abs(int(v)) for v in w[r, g + u:g + u + unit]) for u in range(0, group, unit)]
+            kept = sorted(range(len(keys)), key=lambda i: (-keys[i], i))[:keep]
+            for i in kept:
+                out[r, g + i * unit:g + (i + 1) * unit] = True
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64, np.int32])
+def test_integer_pruning_orders_the_widest_magnitudes_exactly(dtype) -> None:
+    """|x| of integers was taken in int64: |int64 min| and uint64 values from 2**63 up wrapped to
+    negative numbers, and pruning dropped the largest magnitudes of a group, silently."""
+    rng = np.random.default_rng(10)
+    info = np.iinfo(dtype)
+    extremes = np.array([info.min, info.max, info.min + 1, info.max - 1, info.max // 2 + 1], dtype=dtype)
+    w = rng.integers(info.min, info.max, (16, 32), dtype=dtype, endpoint=True)
+    w.flat[rng.choice(w.size, 160, replace=False)] = rng.choice(extremes, 160)  # (ties among them too)
+    assert np.array_equal(prune_mask_2_4(w), python_keep_mask(w, 4, 2))
+    assert np.array_equal(prune_2_4(w), np.where(python_keep_mask(w, 4, 2), w, 0))
+    assert np.array_equal(prune_mask_4_8_pairs(w), python_keep_mask(w, 8, 2, unit=2))
