@@ -60,7 +60,9 @@ class DeviceBuffer:
 
     @classmethod
     def from_numpy(cls, array: np.ndarray, device: int | None = None, stream: Any = None) -> DeviceBuffer:
-        array = np.ascontiguousarray(array)
+        """A buffer holding a copy of ``array`` (its values: a byte-swapped array, ``dtype('>f4')``, in
+        the device's byte order, typed as the native dtype)."""
+        array = _native(np.ascontiguousarray(array))
         buf = cls(array.nbytes, dtype=dtype_from_numpy(array.dtype), shape=array.shape, device=device)
         buf.copy_from_host(array, stream)
         return buf
@@ -69,20 +71,28 @@ class DeviceBuffer:
         return numpy_dtype(self.dtype) if self.dtype else np.dtype(np.uint8)
 
     def copy_from_host(self, array: np.ndarray, stream: Any = None) -> None:
-        array = np.ascontiguousarray(array)
+        """Copy the values of ``array`` (a byte-swapped one converted) to the start of the buffer."""
+        array = _native(np.ascontiguousarray(array))
         if array.nbytes > self.nbytes:
             raise LaunchError(ARG_SHAPE, f"cannot copy {array.nbytes} bytes into a {self.nbytes}-byte buffer")
         copy_host_to_device(self.ptr, array, stream, self.device)
 
     def copy_to_host(self, out: np.ndarray | None = None, stream: Any = None) -> np.ndarray:
-        """Copy to ``out`` (or a new array of the buffer's dtype and shape) and synchronize."""
+        """Copy to ``out`` (or a new array of the buffer's dtype and shape) and synchronize. A
+        byte-swapped ``out`` (``dtype('>f4')``) gets the values (through a native copy): the device's
+        bytes copied into it raw would read as other numbers."""
         if out is None:
             shape = self.shape if self.shape is not None else (self.nbytes,)
             out = np.empty(shape, dtype=self._numpy_dtype())
         if not out.flags.c_contiguous or not out.flags.writeable or out.nbytes > self.nbytes:
             raise LaunchError(ARG_SHAPE, "copy_to_host needs a writable C-contiguous array of at most "
                               f"{self.nbytes} bytes")
-        copy_device_to_host(self.ptr, out, stream, self.device)
+        if out.dtype.isnative or out.dtype.itemsize == 1 or out.dtype.names is not None:
+            copy_device_to_host(self.ptr, out, stream, self.device)
+        else:
+            native = np.empty(out.shape, out.dtype.newbyteorder("="))
+            copy_device_to_host(self.ptr, native, stream, self.device)
+            out[...] = native
         return out
 
     to_numpy = copy_to_host
@@ -140,6 +150,13 @@ class DeviceBuffer:
     def __repr__(self) -> str:
         return f"DeviceBuffer({self.nbytes} bytes at {self.ptr:#x} on cuda:{self.device}, " \
                f"dtype={self.dtype}, shape={self.shape})"
+
+
+def _native(array: np.ndarray) -> np.ndarray:
+    """``array`` itself where it is in the machine's byte order, else a copy converted to it."""
+    if array.dtype.isnative or array.dtype.itemsize == 1 or array.dtype.names is not None:
+        return array
+    return array.astype(array.dtype.newbyteorder("="))
 
 
 def copy_host_to_device(ptr: int, array: np.ndarray, stream: Any = None, device: int | None = None) -> None:
