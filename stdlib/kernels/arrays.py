@@ -230,6 +230,8 @@ def copy_like(host: np.ndarray, like: Any) -> Any:
     if kind in ("torch", "torch-cpu"):
         import torch
 
+        if not host.dtype.isnative and host.itemsize > 1:  # (its bits viewed as integers: the values' bits)
+            host = host.astype(host.dtype.newbyteorder("="))
         bits = np.ascontiguousarray(host).view(_INT_OF_SIZE[host.itemsize])
         if kind == "torch-cpu" or not bits.flags.writeable:  # .to(cpu) would alias host; torch needs writable
             bits = bits.copy()

@@ -14,6 +14,8 @@ float64 references.
   where the host toolkit converts them, masked ones read as if unmasked.
 * Integer pruning took |x| in int64: |int64 min| and uint64 values from 2**63 up wrapped negative,
   so the largest magnitudes of a group were dropped.
+* A byte-swapped numpy bias of ``sparse_linear`` with a torch CUDA x reached the device as other
+  numbers (``copy_like`` copied its bits).
 * ``sparse_linear``'s y took bfloat16 for a byte-swapped float16 (or float32) x, not x's type.
 * An ``np.matrix`` out of ``sparse_matmul(..., interpret=True)`` failed inside the interpreter
   (an internal compiler error); a byte-swapped numpy out (``'>f2'``) was refused as not float16.
@@ -233,3 +235,22 @@ def test_integer_pruning_orders_the_widest_magnitudes_exactly(dtype) -> None:
     assert np.array_equal(prune_mask_2_4(w), python_keep_mask(w, 4, 2))
     assert np.array_equal(prune_2_4(w), np.where(python_keep_mask(w, 4, 2), w, 0))
     assert np.array_equal(prune_mask_4_8_pairs(w), python_keep_mask(w, 8, 2, unit=2))
+
+
+def test_a_byte_swapped_bias_reaches_a_torch_launch_as_its_values() -> None:
+    """sparse_linear's bias (and scales) of numpy with torch CUDA x are copied to x's device through
+    an integer view of their bits (``copy_like``): a byte-swapped bias arrived as other numbers
+    (0.5 as 8.8e-44), silently. Planned here as on a GPU (``host_tensors_as_device``)."""
+    torch = pytest.importorskip("torch")
+    from sparsile.stdlib.kernels.arrays import copy_like, host_tensors_as_device
+    from sparsile.stdlib.kernels.linear_args import bias_or_scale
+
+    rng = np.random.default_rng(12)
+    bias = rng.uniform(-4, 4, 16).astype(np.float32)
+    home = torch.zeros(2, 16)
+    with host_tensors_as_device():
+        got, mode = bias_or_scale(bias.astype(">f4"), "bias", 16, home, False, ("float32", "float16"))
+    assert mode == 2 and isinstance(got, torch.Tensor)
+    assert np.array_equal(got.numpy(), bias)
+    half = bias.astype(np.float16)
+    assert np.array_equal(copy_like(half.astype(">f2"), home).numpy(), half)  # (copy_like itself too)
