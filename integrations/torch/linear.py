@@ -555,8 +555,8 @@ class SparseLinear(nn.Module):
                 x2, scale_x = quantize_static(x2, static), static
             else:
                 x2, scale_x = torch.ops.sparsile.quantize_per_token_e4m3(x2)
-        else:
-            x2 = x2.to(values.dtype)
+        # (a 16-bit weight: x passed in its own dtype, cast by the op, whose backward gives x's gradient in it:
+        # cast here, a float32 x's gradient was rounded to the weight's dtype, unlike the eager call's)
         y = torch.ops.sparsile.sparse_linear(x2, values, meta, bias, activation=None if pre else self.activation,
                                              scale_x=scale_x, scale_w=scale_w,
                                              out_dtype=torch.float32 if pre else out_dtype)

@@ -10,9 +10,10 @@ launch records directly (a custom op's dispatch costs tens of microseconds).
 
 ``sparse_linear(x, values, meta, bias=None, scale_x=None, scale_w=None, *, activation=None,
 out_dtype=None)``: ``torch.library`` refuses keyword-only tensors, so the scales may also be passed
-by position; by keyword the call reads as vLLM's ``cutlass_scaled_sparse_mm``. x (..., K) in values'
-dtype (bf16, f16, or float8_e4m3fn with ``scale_x``), values (N, K/2), meta the int32 "sm90"
-metadata words, bias (N,), scale_w (N,) or (1,), scale_x (T,) or (1,) for the T = x.numel() / K
+by position; by keyword the call reads as vLLM's ``cutlass_scaled_sparse_mm``. x (..., K): for
+bf16 / f16 values bf16, f16 or float32, cast to values' dtype inside (so that a traced layer's float32
+x keeps its float32 gradient, as the eager layer's; autograd.py), for float8_e4m3fn values
+float8_e4m3fn with ``scale_x``; values (N, K/2), meta the int32 "sm90" metadata words, bias (N,), scale_w (N,) or (1,), scale_x (T,) or (1,) for the T = x.numel() / K
 tokens; y (..., N) in ``out_dtype`` (default: x's dtype, bf16 for fp8 x). A gated activation,
 ``activation="swiglu"`` or ``"geglu"``: values are the 2F rows [gate; up] (bias and scale_w 2F
 entries, gate's then up's) and y (..., F) = act(gate) * up, act silu or gelu_tanh: in the kernel
@@ -112,9 +113,12 @@ def check_arguments(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, b
         raise _bad(f"x has shape {tuple(x.shape)} but values {tuple(values.shape)} cover K = {k}",
                    help="x is (..., K) with the weight's in_features", code=SP_BAD_TENSOR)
     name = NAME_OF[values.dtype]
-    if x.dtype != values.dtype:
-        raise _bad(f"x has dtype {x.dtype} but the weight is {values.dtype}",
-                   help="cast x to the weight's dtype (fp8: quantize_per_token_e4m3)", code=SP_BAD_TENSOR)
+    if (x.dtype != values.dtype) if name == "e4m3" else (x.dtype not in OUT_DTYPES):  # (16-bit weight: x cast inside)
+        takes = ("float8_e4m3fn, quantized with its scale_x" if name == "e4m3" else
+                 "bfloat16, float16 or float32, cast to the weight's type inside")
+        raise _bad(f"x has dtype {x.dtype} but the weight is {values.dtype}: x is {takes}",
+                   help="cast x to float32 or the weight's dtype (fp8 weights: quantize_per_token_e4m3, or "
+                        "sparse_linear_e4m3 on the 16-bit x)", code=SP_BAD_TENSOR)
     # (not the cache while dynamo traces: it warns "Dynamo detected a call to a `functools.lru_cache`-wrapped
     # function" in every compiled frame that runs the op eagerly, a graph break; about 70 ns an eager call)
     shape_of = _sm90_meta_shape if torch.compiler.is_compiling() else _sm90_meta_shape_cached
@@ -166,6 +170,8 @@ def sparse_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, bia
     n = w.out_features
     if x2.shape[0] == 0:
         return x.new_empty((*x.shape[:-1], n), dtype=out)
+    if x2.dtype != values.dtype:  # (a 16-bit weight's float32 or other 16-bit x: the kernel's operand is the weight's
+        x2 = x2.to(values.dtype)  # type; x's own dtype kept for its gradient, as the eager layer's)
     if scale_x is not None:  # 1-D and contiguous as the kernel reads it (a 0-d scale, a strided column)
         scale_x = scale_x.reshape(-1).contiguous()
     if x2.device.type == "cuda":

@@ -199,7 +199,8 @@ def test_argument_errors_are_sp0906_and_sp0901():
         ((x, v.float(), m), "SP0906", "values must be a 2-D bfloat16, float16 or float8_e4m3fn tensor, got "
                                       "torch.float32 (32, 32)"),
         ((x[:, :40], v, m), "SP0901", "x has shape (3, 40) but values (32, 32) cover K = 64"),
-        ((x.half(), v, m), "SP0901", "x has dtype torch.float16 but the weight is torch.bfloat16"),
+        ((x.double(), v, m), "SP0901", "x has dtype torch.float64 but the weight is torch.bfloat16: x is bfloat16, "
+                                       "float16 or float32, cast to the weight's type inside"),
         ((x, v, m[:, :1]), "SP0906", "meta must be int32 words of shape (32, 2), got torch.int32 (32, 1)"),
         ((x, v, m, b[:4]), "SP0906", "bias must have shape (32,), got (4,)"),
         ((x, v, m, b, torch.ones(3)), "SP0906", "scale_x and scale_w go with float8_e4m3fn x and values, and "
