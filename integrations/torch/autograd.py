@@ -197,14 +197,41 @@ def input_grads(dy: torch.Tensor, x: torch.Tensor, values: torch.Tensor, meta: t
 # the op: torch.ops.sparsile.sparse_linear
 
 
+def _save(ctx: Any, activation: str | None, x: torch.Tensor, bias: torch.Tensor | None,
+          weight: tuple[torch.Tensor | None, ...], scale_x: torch.Tensor | None) -> None:
+    """Save what the op's backward needs: the weight (values, meta, scale_w; torch then refuses it
+    written in place before the backward), and x, the bias and scale_x only with an activation (the
+    pre-activations are computed again from them); without one, dx = d pre @ W and d bias = Σ d pre
+    need x's and the bias's shapes and dtypes only (:class:`Like`): x and the bias may be written in
+    place after the call and x is not held until the backward, as for ``nn.Linear`` with a frozen
+    weight and the layer (:class:`LayerWithInputGrad`). (Before, the op saved them all: torch's
+    "modified by an inplace operation" for an x written after the call, which the layer accepts.)"""
+    ctx.activation = activation
+    if activation is None:
+        ctx.like = tuple(None if t is None else Like(t.shape, t.dtype) for t in (x, bias))
+        ctx.save_for_backward(*weight)
+    else:
+        ctx.save_for_backward(*weight, x, bias, scale_x)
+
+
+def _saved(ctx: Any) -> tuple[Any, ...]:
+    """(x, bias, scale_x, values, meta, scale_w) of :func:`_save`: x and the bias as :class:`Like` and
+    scale_x None without an activation."""
+    like = getattr(ctx, "like", None)
+    if like is None:
+        values, meta, scale_w, x, bias, scale_x = ctx.saved_tensors
+    else:
+        (x, bias), scale_x, (values, meta, scale_w) = like, None, ctx.saved_tensors
+    return x, bias, scale_x, values, meta, scale_w
+
+
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any], output: Any) -> None:
     x, values, meta, bias, scale_x, scale_w = (list(inputs) + [None] * 6)[:6]
-    ctx.activation = keyword_only_inputs.get("activation")
-    ctx.save_for_backward(x, values, meta, bias, scale_x, scale_w)
+    _save(ctx, keyword_only_inputs.get("activation"), x, bias, (values, meta, scale_w), scale_x)
 
 
 def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-    x, values, meta, bias, scale_x, scale_w = ctx.saved_tensors
+    x, bias, scale_x, values, meta, scale_w = _saved(ctx)
     needs = tuple(ctx.needs_input_grad) + (False,) * 6
     if x.dtype == torch.float8_e4m3fn and (needs[0] or needs[4]):  # (x and scale_x from the quantizer)
         raise IntegrationError(SP_FROZEN_WEIGHT, "sparse_linear has no gradient for an fp8 x (it would be fp8 too, "
@@ -231,16 +258,16 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
 
 def _setup_context_e4m3(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any], output: Any) -> None:
     x, values, meta, bias, scale_w, scale_x = [*inputs, None][:6]
-    ctx.activation = keyword_only_inputs.get("activation")
-    ctx.save_for_backward(x, values, meta, bias, scale_w, scale_x)
+    _save(ctx, keyword_only_inputs.get("activation"), x, bias, (values, meta, scale_w), scale_x)
 
 
 def _backward_e4m3(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     """The straight-through gradient of ``sparse_linear_e4m3``: :func:`input_grads` with the
     un-quantized x (dx in its dtype) and the pre-activations of the quantized one, as
     :class:`LayerWithInputGrad`'s backward computes an eager e4m3 layer's (a traced layer whose x
-    requires grad runs this op: torch.compile's gradient is the eager one)."""
-    x, values, meta, bias, scale_w, scale_x = ctx.saved_tensors
+    requires grad runs this op: torch.compile's gradient is the eager one). Without an activation x,
+    the bias and a static scale_x are not saved (:func:`_save`): the straight-through dx does not read them."""
+    x, bias, scale_x, values, meta, scale_w = _saved(ctx)
     needs = (*ctx.needs_input_grad, False)
     for index, what in ((1, "values"), (2, "meta"), (4, "scale_w"), (5, "scale_x (a static input scale)")):
         if needs[index]:

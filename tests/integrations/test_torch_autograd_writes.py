@@ -119,3 +119,71 @@ def test_with_an_activation_x_written_after_the_call_is_refused():
     h.add_(1)
     with pytest.raises(RuntimeError, match=MODIFIED):
         y.sum().backward()
+
+
+def _op_call(layer, h, bias, static=None):
+    """The custom op of ``layer``'s weight on h: sparse_linear (bf16), sparse_linear_e4m3 (e4m3; ``static``:
+    a static per-tensor scale_x)."""
+    if layer.weight_dtype == "e4m3":
+        return torch.ops.sparsile.sparse_linear_e4m3(h, layer.values, layer.meta, bias, layer.scale_w, static,
+                                                     activation=layer.activation)
+    return torch.ops.sparsile.sparse_linear(h, layer.values, layer.meta, bias, activation=layer.activation)
+
+
+@pytest.mark.parametrize(("weight", "static"), [("bf16", False), ("e4m3", False), ("e4m3", True)])
+def test_the_op_without_an_activation_keeps_neither_x_nor_the_bias(weight, static):
+    """As the layer (above): the op called directly saves only x's and the bias's shapes and dtypes
+    without an activation (and not a static scale_x, which dx does not depend on either); x and the bias
+    written in place after the call are no error, x is not held until the backward (before, both were
+    saved: torch's "modified by an inplace operation", and x kept alive)."""
+    import weakref
+
+    gen = torch.Generator().manual_seed(17)
+    layer = spt.SparseLinear.from_dense(linear(48, 64, seed=18), weight)
+    bias = layer.bias.detach().clone().requires_grad_()
+    scale = torch.full((1,), 0.05) if static else None
+    a = torch.randn(3, 64, generator=gen).to(torch.bfloat16).requires_grad_()
+    g = torch.randn(3, 48, generator=gen).to(torch.bfloat16)
+    h = a * 2
+    y = _op_call(layer, h, bias, scale)
+    kept = weakref.ref(h)
+    h.add_(1)
+    with torch.no_grad():
+        bias.add_(1)
+        if scale is not None:
+            scale.mul_(2)
+    del h
+    assert kept() is None
+    y.backward(g)
+    want = 2 * g.double() @ layer.to_dense().double()
+    assert a.grad.dtype == torch.bfloat16
+    assert torch.allclose(a.grad.double(), want, rtol=2 ** -7, atol=2 ** -7 * want.abs().max().item())
+    assert torch.equal(bias.grad, g.float().sum(0))
+
+
+@pytest.mark.parametrize(("weight", "what"), [("bf16", "values"), ("bf16", "meta"), ("e4m3", "values"),
+                                              ("e4m3", "scale_w")])
+@pytest.mark.parametrize("activation", [None, "relu"])
+def test_the_op_s_weight_written_between_forward_and_backward_is_refused(weight, what, activation):
+    """The weight's tensors stay saved by the op (x not): a write between its forward and its backward is
+    torch's RuntimeError, with an activation or without."""
+    layer = spt.SparseLinear.from_dense(linear(48, 64, seed=19), weight, activation=activation)
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(20)).to(torch.bfloat16).requires_grad_()
+    y = _op_call(layer, x, layer.bias)
+    _write(layer, what)
+    with pytest.raises(RuntimeError, match=MODIFIED):
+        y.sum().backward()
+    assert x.grad is None
+
+
+@pytest.mark.parametrize("weight", ["bf16", "e4m3"])
+def test_the_op_with_an_activation_refuses_x_written_after_the_call(weight):
+    """With an activation the op's backward computes the pre-activations again from x: x written in place
+    after the call stays torch's RuntimeError."""
+    layer = spt.SparseLinear.from_dense(linear(48, 64, seed=21), weight, activation="silu")
+    a = torch.randn(3, 64, generator=torch.Generator().manual_seed(22)).to(torch.bfloat16).requires_grad_()
+    h = a * 2
+    y = _op_call(layer, h, layer.bias)
+    h.add_(1)
+    with pytest.raises(RuntimeError, match=MODIFIED):
+        y.sum().backward()
