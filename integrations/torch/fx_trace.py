@@ -36,7 +36,8 @@ def is_fx_proxy(x: Any) -> bool:
 
 def forward_fx(layer: Any, x: Any) -> Any:
     """The layer's forward recorded on the proxy ``x``: x checked and made (T, K) (:func:`checked_x`),
-    then ``sparse_linear`` (which casts x to the weight's type, x's gradient in x's dtype), or for e4m3 weights ``sparse_linear_e4m3``
+    then ``sparse_linear`` (which casts x to the weight's type, x's gradient in x's dtype), or for e4m3
+    weights ``sparse_linear_e4m3``
     (x quantized per token, or with the layer's static ``input_scale``; x's gradient straight through,
     whether or not x will require grad: the numbers of the eager layer's two ops), y in ``out_dtype``
     or x's dtype, back to (..., N). The members of a ``fuse_projections_`` group run their own ops (the

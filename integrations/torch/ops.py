@@ -13,8 +13,9 @@ out_dtype=None)``: ``torch.library`` refuses keyword-only tensors, so the scales
 by position; by keyword the call reads as vLLM's ``cutlass_scaled_sparse_mm``. x (..., K): for
 bf16 / f16 values bf16, f16 or float32, cast to values' dtype inside (so that a traced layer's float32
 x keeps its float32 gradient, as the eager layer's; autograd.py), for float8_e4m3fn values
-float8_e4m3fn with ``scale_x``; values (N, K/2), meta the int32 "sm90" metadata words, bias (N,), scale_w (N,) or (1,), scale_x (T,) or (1,) for the T = x.numel() / K
-tokens; y (..., N) in ``out_dtype`` (default: x's dtype, bf16 for fp8 x). A gated activation,
+float8_e4m3fn with ``scale_x``; values (N, K/2), meta the int32 "sm90" metadata words, bias (N,),
+scale_w (N,) or (1,), scale_x (T,) or (1,) for the T = x.numel() / K tokens; y (..., N) in
+``out_dtype`` (default: x's dtype, bf16 for fp8 x). A gated activation,
 ``activation="swiglu"`` or ``"geglu"``: values are the 2F rows [gate; up] (bias and scale_w 2F
 entries, gate's then up's) and y (..., F) = act(gate) * up, act silu or gelu_tanh: in the kernel
 where :func:`._kernels.glu_in_kernel` (1 to 64 tokens, Hopper or the CPU interpreter), computed in
@@ -46,7 +47,7 @@ except ImportError:  # torch < 2.8: no unbacked-friendly guards (a plain bool, a
     def guard_or_false(condition: object) -> bool:
         return bool(condition)
 
-from ...stdlib.kernels.linear_args import is_gated
+from ...stdlib.kernels.linear_args import SP_LINEAR_VECTOR, is_gated, linear_error
 from ...stdlib.sparsity import metadata_shape
 from ..errors import SP_BAD_TENSOR, SP_OP_ARGUMENTS, IntegrationError
 from ._kernels import (
@@ -134,6 +135,8 @@ def check_arguments(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, b
     if scale_w is not None and scale_w.numel() not in (1, n):
         raise _bad(f"scale_w has {scale_w.numel()} elements; it is per tensor (1) or per output channel ({n})",
                    help="pass SparseLinear.scale_w")
+    out = out_dtype or (torch.bfloat16 if name == "e4m3" else x.dtype)
+    check_vectors(bias, scale_x, scale_w, n, out)
     tokens = math.prod(x.shape[:-1])
     # (guard_or_false: with an unbacked T (mark_unbacked; a scale_x of (u0,) for x's u0 tokens) ``numel == 1``
     # cannot be decided while tracing, and ``in (1, tokens)`` raised torch's data-dependent guard error; refused
@@ -144,7 +147,33 @@ def check_arguments(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, b
     for what, t in (("values", values), ("meta", meta), ("bias", bias), ("scale_x", scale_x), ("scale_w", scale_w)):
         if t is not None and t.device != x.device:
             raise _bad(f"x is on {x.device} but {what} is on {t.device}", help="put every argument on one device")
-    return out_dtype or (torch.bfloat16 if name == "e4m3" else x.dtype)
+    return out
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def check_vectors(bias: torch.Tensor | None, scale_x: torch.Tensor | None, scale_w: torch.Tensor | None, n: int,
+                  out: torch.dtype) -> None:
+    """The kernel's checks of the bias and scales (``stdlib.kernels.linear_args.bias_or_scale``: SP0851,
+    its messages as the CPU interpreter gives them), in its order, for the ``n`` output columns and the
+    output dtype ``out``: a scale_w of a shape it does not take ((1, N), (2, N/2): a number, (N,) or
+    (N, 1) only), or a bias or scale that is not floating point. Here, on the real and the fake
+    tensors alike, so that torch.compile and torch.export refuse them at trace time with the real
+    call's diagnostic (before, the fake implementation accepted them and the compiled or exported
+    program failed at its first run). Shapes and dtypes only: nothing read from memory."""
+    for what, t, dtypes in (("bias", bias, ("float32", _dtype_name(out))), ("scale_w", scale_w, ("float32",)),
+                            ("scale_x", scale_x, ("float32",))):
+        if t is None:
+            continue
+        shape = tuple(int(s) for s in t.shape) if what == "scale_w" else ()
+        if shape not in ((), (1,), (1, 1), (n,), (n, 1)):
+            raise linear_error(SP_LINEAR_VECTOR, f"scale_w must be a number or of shape ({n},), got shape {shape}",
+                               "pass one value, or one per output feature")
+        if not t.is_floating_point():
+            raise linear_error(SP_LINEAR_VECTOR, f"{what} must be floating point, got {_dtype_name(t.dtype)}",
+                               f"pass {what} as {' or '.join(dtypes)}")
 
 
 _LIBRARY = torch.library.Library("sparsile", "FRAGMENT")
