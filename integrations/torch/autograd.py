@@ -206,22 +206,24 @@ def _save(ctx: Any, activation: str | None, x: torch.Tensor, bias: torch.Tensor 
     place after the call and x is not held until the backward, as for ``nn.Linear`` with a frozen
     weight and the layer (:class:`LayerWithInputGrad`). (Before, the op saved them all: torch's
     "modified by an inplace operation" for an x written after the call, which the layer accepts.)"""
-    ctx.activation = activation
+    ctx.activation, ctx.x_dtype = activation, x.dtype
     if activation is None:
         ctx.like = tuple(None if t is None else Like(t.shape, t.dtype) for t in (x, bias))
         ctx.save_for_backward(*weight)
     else:
+        ctx.like = None
         ctx.save_for_backward(*weight, x, bias, scale_x)
 
 
 def _saved(ctx: Any) -> tuple[Any, ...]:
     """(x, bias, scale_x, values, meta, scale_w) of :func:`_save`: x and the bias as :class:`Like` and
     scale_x None without an activation."""
-    like = getattr(ctx, "like", None)
+    saved = ctx.saved_tensors
+    like = ctx.like
     if like is None:
-        values, meta, scale_w, x, bias, scale_x = ctx.saved_tensors
+        values, meta, scale_w, x, bias, scale_x = saved
     else:
-        (x, bias), scale_x, (values, meta, scale_w) = like, None, ctx.saved_tensors
+        (x, bias), scale_x, (values, meta, scale_w) = like, None, saved
     return x, bias, scale_x, values, meta, scale_w
 
 
@@ -231,9 +233,8 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[
 
 
 def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-    x, bias, scale_x, values, meta, scale_w = _saved(ctx)
     needs = tuple(ctx.needs_input_grad) + (False,) * 6
-    if x.dtype == torch.float8_e4m3fn and (needs[0] or needs[4]):  # (x and scale_x from the quantizer)
+    if ctx.x_dtype == torch.float8_e4m3fn and (needs[0] or needs[4]):  # (x and scale_x from the quantizer)
         raise IntegrationError(SP_FROZEN_WEIGHT, "sparse_linear has no gradient for an fp8 x (it would be fp8 too, "
                                "3 mantissa bits): an e4m3 SparseLinear, eager or traced, passes its 16-bit x's "
                                "gradient straight through the quantizer",
@@ -242,6 +243,7 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     for index, what in ((1, "values"), (2, "meta"), (4, "scale_x"), (5, "scale_w")):
         if needs[index]:
             raise frozen(what)
+    x, bias, scale_x, values, meta, scale_w = _saved(ctx)
     activation = ctx.activation
 
     def pre() -> torch.Tensor:
@@ -267,11 +269,11 @@ def _backward_e4m3(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...
     :class:`LayerWithInputGrad`'s backward computes an eager e4m3 layer's (a traced layer whose x
     requires grad runs this op: torch.compile's gradient is the eager one). Without an activation x,
     the bias and a static scale_x are not saved (:func:`_save`): the straight-through dx does not read them."""
-    x, bias, scale_x, values, meta, scale_w = _saved(ctx)
     needs = (*ctx.needs_input_grad, False)
     for index, what in ((1, "values"), (2, "meta"), (4, "scale_w"), (5, "scale_x (a static input scale)")):
         if needs[index]:
             raise frozen(what)
+    x, bias, scale_x, values, meta, scale_w = _saved(ctx)
 
     def pre() -> torch.Tensor:
         return torch.ops.sparsile.sparse_linear_e4m3(x.detach(), values, meta, bias, scale_w, scale_x,
@@ -441,11 +443,17 @@ def _op_with_input_grad(setup_context: Any, backward: Any) -> type:
             setup_context(ctx, tuple(tensors), {"activation": activation}, output)
 
         @staticmethod
+        @torch.compiler.disable  # (see below)
         def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
             return (*backward(ctx, dy), None, None, None)
 
         jvp = LayerWithInputGrad.jvp  # forward mode: SP0922
 
+    # backward, disabled for dynamo: run by autograd's engine inside a torch.compile'd function with a graph break,
+    # its frame was handed to dynamo, which gave up at ctx.saved_tensors ("WON'T CONVERT", the frame then run
+    # eagerly) while x was saved first; with x not saved (an op without activation: :func:`_save`) dynamo's
+    # conversion of a weight made to require grad by torch.func.grad stopped at its own AssertionError ("False
+    # != True") instead of our SP0922. AOTAutograd's traces of the backward do not go through dynamo's frames.
     return Formula
 
 
