@@ -239,7 +239,10 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
                                "3 mantissa bits): an e4m3 SparseLinear, eager or traced, passes its 16-bit x's "
                                "gradient straight through the quantizer",
                                help="call torch.ops.sparsile.sparse_linear_e4m3(x, values, meta, bias, scale_w) on "
-                                    "the 16-bit x instead of quantize_per_token_e4m3 then sparse_linear")
+                                    "the 16-bit x instead of quantize_per_token_e4m3 then sparse_linear; a graph "
+                                    "traced by make_fx or torch.jit.trace with an x that did not require grad holds "
+                                    "those two ops: trace it with an x that requires grad (torch.export and "
+                                    "torch.compile need nothing)")
     for index, what in ((1, "values"), (2, "meta"), (4, "scale_x"), (5, "scale_w")):
         if needs[index]:
             raise frozen(what)

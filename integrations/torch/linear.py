@@ -523,7 +523,8 @@ class SparseLinear(nn.Module):
         ``grad(vmap(f))`` x is a BatchedTensor that does not require grad over a GradTrackingTensor
         that does, and a ``jvp``'s dual x requires none (the op would drop its tangent). An e4m3
         layer whose x requires grad (grad mode on) runs ``sparse_linear_e4m3``, the quantizer and the
-        kernel as one op on the 16-bit x, for x's straight-through gradient in its dtype (autograd.py);
+        kernel as one op on the 16-bit x, for x's straight-through gradient in its dtype (autograd.py),
+        and so does one that torch.export traces, whose program may later be run with such an x;
         otherwise ``quantize_per_token_e4m3`` then ``sparse_linear``, as before. A layer with a static
         ``input_scale`` passes it to ``sparse_linear_e4m3`` (which then quantizes with it), or quantizes
         x with torch's operations (:func:`~.quantize.quantize_static`) before ``sparse_linear``."""
@@ -543,7 +544,11 @@ class SparseLinear(nn.Module):
         x2 = x.reshape(-1, self.in_features)
         scale_x = None
         if self.weight_dtype == "e4m3":
+            # (torch.export: its program runs under autograd whatever the example x required, so the one op either
+            # way, as fx_trace.py does; with the two, a program exported with an x without grad refused a later x's
+            # gradient at backward(), SP0922. The same numbers; torch.compile guards on requires_grad instead)
             grad_x = (x.requires_grad or torch._C._are_functorch_transforms_active()) and torch.is_grad_enabled()
+            grad_x = grad_x or torch.compiler.is_exporting()
             if not pre and (grad_x or static_grad):  # x's straight-through gradient: the quantizer and the kernel as
                 # one op on the 16-bit x (autograd.py; apart, x's would be fp8); a static scale that requires grad: its
                 # gradient refused there (SP0922), as x's is kept. (A torch.func transform under torch.compile: dynamo

@@ -129,6 +129,12 @@ def test_a_gradient_of_the_frozen_weight_is_sp0922_for_an_x_without_grad(what):
         "SP0922", f"sparse_linear has no gradient for {what}: the sparse weight is frozen (an inference layer)")
 
 
+HELP_FP8_X = ("call torch.ops.sparsile.sparse_linear_e4m3(x, values, meta, bias, scale_w) on the 16-bit x instead "
+              "of quantize_per_token_e4m3 then sparse_linear; a graph traced by make_fx or torch.jit.trace with an x "
+              "that did not require grad holds those two ops: trace it with an x that requires grad (torch.export "
+              "and torch.compile need nothing)")
+
+
 def test_the_op_refuses_gradients_of_values_and_of_an_fp8_x():
     layer = spt.SparseLinear.from_dense(linear(16, 64, seed=9))
     values = layer.values.detach().clone().requires_grad_()
@@ -143,8 +149,7 @@ def test_the_op_refuses_gradients_of_values_and_of_an_fp8_x():
     assert (info.value.code, info.value.message) == (
         "SP0922", "sparse_linear has no gradient for an fp8 x (it would be fp8 too, 3 mantissa bits): an e4m3 "
                   "SparseLinear, eager or traced, passes its 16-bit x's gradient straight through the quantizer")
-    assert info.value.help == ("call torch.ops.sparsile.sparse_linear_e4m3(x, values, meta, bias, scale_w) on the "
-                               "16-bit x instead of quantize_per_token_e4m3 then sparse_linear")
+    assert info.value.help == HELP_FP8_X
     # (it said "run this backward eagerly": a traced e4m3 SparseLinear refused x's gradient until it ran
     # sparse_linear_e4m3)
 
@@ -1005,3 +1010,24 @@ def check_glu_mlp_dx(mlp, x: torch.Tensor, g: torch.Tensor, dx: torch.Tensor) ->
              + (w.shape[0] + 8) * 2.0 ** -24 * absprod)  # (the float32 GEMM, d pre in float32)
     err = (dx.reshape(ref.shape).double() - ref).abs()
     assert (err <= bound).all(), (err / bound).max().item()
+
+
+def test_an_e4m3_layer_traced_by_make_fx_without_grad_says_to_trace_with_an_x_that_requires_grad():
+    """make_fx (no torch.export: it keeps the quantizer and sparse_linear for an x without grad) of an e4m3
+    layer, its graph later run with an x that requires grad: SP0922 at backward() whose help says to trace
+    with such an x; traced so, the graph gives x the eager gradient."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    layer = spt.SparseLinear.from_dense(linear(16, 64, seed=29), "e4m3")
+    gen = torch.Generator().manual_seed(30)
+    x = torch.randn(2, 64, generator=gen).to(torch.bfloat16)
+    graph = make_fx(layer)(x)
+    xg = x.clone().requires_grad_()
+    with pytest.raises(IntegrationError) as info:
+        graph(xg).float().sum().backward()
+    assert (info.value.code, info.value.help) == ("SP0922", HELP_FP8_X)
+    graph = make_fx(layer)(x.clone().requires_grad_())
+    graph(xg).float().sum().backward()
+    want = x.clone().requires_grad_()
+    layer(want).float().sum().backward()
+    assert torch.equal(xg.grad, want.grad)

@@ -108,3 +108,33 @@ def test_x_of_another_dtype_is_still_refused_where_it_has_no_meaning():
             torch.ops.sparsile.sparse_linear(*args, **kwargs)
         assert caught.value.code == "SP0901"
         assert caught.value.message == f"sparsile.sparse_linear: {message}"
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("static", [False, True])
+def test_an_e4m3_model_exported_with_an_x_without_grad_gives_x_its_gradient_later(strict, static):
+    """torch.export's program runs under autograd whatever the example x required at export time (aten
+    ops are recorded, not their gradients): an e4m3 layer exported traces ``sparse_linear_e4m3`` whether
+    or not x requires grad (as torch.fx.symbolic_trace does), so the program later run with an x that
+    requires grad gives it the eager straight-through gradient (before, an x without grad at export time
+    left quantize_per_token_e4m3 then sparse_linear in the program: SP0922 at backward()), and an x
+    without grad the same y as before, bit for bit."""
+    gen = torch.Generator().manual_seed(27)
+    layer = spt.SparseLinear.from_dense(linear(48, 64, seed=28), "e4m3", activation="relu")
+    if static:
+        layer.input_scale = torch.full((1,), 0.02)
+    model = torch.nn.Sequential(layer)
+    x = torch.randn(2, 3, 64, generator=gen).to(torch.bfloat16)
+    g = torch.randn(2, 3, 48, generator=gen).to(torch.bfloat16)
+    program = torch.export.export(model, (x,), strict=strict)
+    targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+    assert "sparsile.sparse_linear_e4m3.default" in targets and "sparsile.quantize_per_token_e4m3.default" \
+        not in targets
+    exported = program.module()
+    assert torch.equal(exported(x), model(x))  # (the two ops' numbers)
+    grads = []
+    for run in (model, exported):
+        xi = x.clone().requires_grad_()
+        run(xi).backward(g)
+        grads.append(xi.grad)
+    assert grads[0].dtype == torch.bfloat16 and torch.equal(grads[1], grads[0])
