@@ -282,3 +282,28 @@ def test_a_compiled_e4m3_glu_mlp_gives_x_the_straight_through_gradient_on_the_gp
     for got in (xe.grad, xc.grad):
         check_glu_mlp_dx(block.mlp, x, g, got)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("tokens", [1, 16, 200])
+@pytest.mark.parametrize("weight", [torch.bfloat16, torch.float16])
+def test_a_float32_x_on_the_gpu_gets_the_eager_gradient_compiled(weight, tokens):
+    """The op takes a float32 x for a 16-bit weight and casts it inside (its launch record keyed by the cast
+    x): y bit for bit the op's on the cast x; a compiled (aot_eager) bf16 / f16 layer gives the float32 x the
+    eager layer's float32 gradient, bit for bit. CPU twin: tests/integrations/test_torch_op_x_dtypes.py."""
+    layer = spt.SparseLinear.from_dense(linear(512, 1024, dtype=weight, seed=31, device="cuda"), activation="silu",
+                                        out_dtype=torch.float32)
+    gen = torch.Generator(device="cuda").manual_seed(32)
+    x = torch.randn(tokens, 1024, device="cuda", generator=gen)
+    g = torch.randn(tokens, 512, device="cuda", generator=gen)
+    args = (layer.values, layer.meta, layer.bias)
+    want = torch.ops.sparsile.sparse_linear(x.to(weight), *args, out_dtype=torch.float32)
+    assert torch.equal(torch.ops.sparsile.sparse_linear(x, *args, out_dtype=torch.float32), want)
+    grads = []
+    for model in (layer, torch.compile(torch.nn.Sequential(layer), fullgraph=True, backend="aot_eager")):
+        xi = x.clone().requires_grad_()
+        model(xi).backward(g)
+        grads.append(xi.grad)
+    assert grads[0].dtype == torch.float32 and torch.equal(grads[1], grads[0])
+    ref = reference_dx(layer, layer._forward_op(x, pre=True), g, "silu")
+    err = (grads[0].double() - ref).abs().max().item()
+    assert err <= 2 ** -16 * ref.abs().max().item(), err  # (float32 dx: a bf16 one is 2^-9 off)
