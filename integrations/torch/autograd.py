@@ -50,7 +50,7 @@ the call). Forward mode (``jvp``, ``jacfwd``, a dual x of ``torch.autograd.forwa
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -62,6 +62,7 @@ from torch.autograd.forward_ad import _set_fwd_grad_enabled
 
 from ..errors import SP_FROZEN_WEIGHT, IntegrationError
 from .refused_grad import Refusal, refused_like, traced_backward
+from .saved_inputs import Like, save_inputs, saved_inputs
 from .weight import NAME_OF, host_dense
 from .weight_versions import check_unwritten, weight_versions
 
@@ -197,39 +198,9 @@ def input_grads(dy: torch.Tensor, x: torch.Tensor, values: torch.Tensor, meta: t
 # the op: torch.ops.sparsile.sparse_linear
 
 
-def _save(ctx: Any, activation: str | None, x: torch.Tensor, bias: torch.Tensor | None,
-          weight: tuple[torch.Tensor | None, ...], scale_x: torch.Tensor | None) -> None:
-    """Save what the op's backward needs: the weight (values, meta, scale_w; torch then refuses it
-    written in place before the backward), and x, the bias and scale_x only with an activation (the
-    pre-activations are computed again from them); without one, dx = d pre @ W and d bias = Σ d pre
-    need x's and the bias's shapes and dtypes only (:class:`Like`): x and the bias may be written in
-    place after the call and x is not held until the backward, as for ``nn.Linear`` with a frozen
-    weight and the layer (:class:`LayerWithInputGrad`). (Before, the op saved them all: torch's
-    "modified by an inplace operation" for an x written after the call, which the layer accepts.)"""
-    ctx.activation, ctx.x_dtype = activation, x.dtype
-    if activation is None:
-        ctx.like = tuple(None if t is None else Like(t.shape, t.dtype) for t in (x, bias))
-        ctx.save_for_backward(*weight)
-    else:
-        ctx.like = None
-        ctx.save_for_backward(*weight, x, bias, scale_x)
-
-
-def _saved(ctx: Any) -> tuple[Any, ...]:
-    """(x, bias, scale_x, values, meta, scale_w) of :func:`_save`: x and the bias as :class:`Like` and
-    scale_x None without an activation."""
-    saved = ctx.saved_tensors
-    like = ctx.like
-    if like is None:
-        values, meta, scale_w, x, bias, scale_x = saved
-    else:
-        (x, bias), scale_x, (values, meta, scale_w) = like, None, saved
-    return x, bias, scale_x, values, meta, scale_w
-
-
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any], output: Any) -> None:
     x, values, meta, bias, scale_x, scale_w = (list(inputs) + [None] * 6)[:6]
-    _save(ctx, keyword_only_inputs.get("activation"), x, bias, (values, meta, scale_w), scale_x)
+    save_inputs(ctx, keyword_only_inputs.get("activation"), x, bias, (values, meta, scale_w), scale_x)
 
 
 def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
@@ -246,7 +217,7 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     for index, what in ((1, "values"), (2, "meta"), (4, "scale_x"), (5, "scale_w")):
         if needs[index]:
             raise frozen(what)
-    x, bias, scale_x, values, meta, scale_w = _saved(ctx)
+    x, bias, scale_x, values, meta, scale_w = saved_inputs(ctx)
     activation = ctx.activation
 
     def pre() -> torch.Tensor:
@@ -263,7 +234,7 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
 
 def _setup_context_e4m3(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any], output: Any) -> None:
     x, values, meta, bias, scale_w, scale_x = [*inputs, None][:6]
-    _save(ctx, keyword_only_inputs.get("activation"), x, bias, (values, meta, scale_w), scale_x)
+    save_inputs(ctx, keyword_only_inputs.get("activation"), x, bias, (values, meta, scale_w), scale_x)
 
 
 def _backward_e4m3(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
@@ -271,12 +242,13 @@ def _backward_e4m3(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...
     un-quantized x (dx in its dtype) and the pre-activations of the quantized one, as
     :class:`LayerWithInputGrad`'s backward computes an eager e4m3 layer's (a traced layer whose x
     requires grad runs this op: torch.compile's gradient is the eager one). Without an activation x,
-    the bias and a static scale_x are not saved (:func:`_save`): the straight-through dx does not read them."""
+    the bias and a static scale_x are not saved (saved_inputs.py): the straight-through dx does not
+    read them."""
     needs = (*ctx.needs_input_grad, False)
     for index, what in ((1, "values"), (2, "meta"), (4, "scale_w"), (5, "scale_x (a static input scale)")):
         if needs[index]:
             raise frozen(what)
-    x, bias, scale_x, values, meta, scale_w = _saved(ctx)
+    x, bias, scale_x, values, meta, scale_w = saved_inputs(ctx)
 
     def pre() -> torch.Tensor:
         return torch.ops.sparsile.sparse_linear_e4m3(x.detach(), values, meta, bias, scale_w, scale_x,
@@ -290,13 +262,6 @@ def _backward_e4m3(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...
 # the layer: SparseLinear with an x that requires grad
 
 
-class Like(NamedTuple):
-    """What a backward without an activation needs of x or the bias: shape and dtype (not its values)."""
-
-    shape: torch.Size
-    dtype: torch.dtype
-
-
 class LayerWithInputGrad(torch.autograd.Function):
     """y = layer(x) through the layer's eager forward (inside an ``autograd.Function`` grad mode is
     off, so it takes its usual launch path), with x's gradient (and a trainable bias's); e4m3 layers
@@ -308,7 +273,7 @@ class LayerWithInputGrad(torch.autograd.Function):
     at backward time (``torch.func.functional_call`` swaps them back when the forward returns), and
     differentiates the activation the forward applied (``ctx.activation``: the layer's, set anew
     between forward and backward, gave x the gradient of another function). x and the bias are saved
-    only with an activation (without one, their shapes and dtypes: :class:`Like`). Not saved, the weight's
+    only with an activation (without one, their shapes and dtypes: :class:`.saved_inputs.Like`). Not saved, the weight's
     tensors have their version counters checked instead (:func:`weight_versions`): one written in
     place between the forward and the backward is torch's RuntimeError, as for ``nn.Linear``'s saved
     weight (before, x got the gradient of the new weight without a word)."""
@@ -454,7 +419,7 @@ def _op_with_input_grad(setup_context: Any, backward: Any) -> type:
 
     # backward, disabled for dynamo: run by autograd's engine inside a torch.compile'd function with a graph break,
     # its frame was handed to dynamo, which gave up at ctx.saved_tensors ("WON'T CONVERT", the frame then run
-    # eagerly) while x was saved first; with x not saved (an op without activation: :func:`_save`) dynamo's
+    # eagerly) while x was saved first; with x not saved (an op without activation: saved_inputs.py) dynamo's
     # conversion of a weight made to require grad by torch.func.grad stopped at its own AssertionError ("False
     # != True") instead of our SP0922. AOTAutograd's traces of the backward do not go through dynamo's frames.
     return Formula
