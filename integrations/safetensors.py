@@ -24,6 +24,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from ..stdlib.sparsity.hostarray import plain_array
 from .errors import SP_SAFETENSORS_DTYPE, SP_SAFETENSORS_FILE, IntegrationError
 
 DTYPES: dict[str, np.dtype] = {
@@ -171,7 +172,10 @@ def load_file(path: str | Path, names: set[str] | None = None) -> dict[str, np.n
 def save_file(tensors: Mapping[str, Any], path: str | Path, metadata: Mapping[str, str] | None = None) -> None:
     """Write ``tensors`` (name -> numpy array, or anything numpy.asarray accepts) to ``path``
     (through a ``.partial`` file renamed at the end, so that overwriting a file whose tensors are
-    still mapped by :func:`load_file` is safe)."""
+    still mapped by :func:`load_file` is safe). Arrays are read as the toolkit reads them
+    (:func:`~sparsile.stdlib.sparsity.hostarray.plain_array`): a subclass (``np.matrix``) as a plain
+    array, a byte-swapped one by its values; a masked array with masked elements is SP0804 (the file
+    would hold the values under the mask), before anything is written."""
     for name in tensors:  # (json.dumps writes 1 and "1" as one name; "__metadata__" is the metadata's key)
         if not isinstance(name, str):
             raise IntegrationError(SP_SAFETENSORS_FILE, f"tensor names must be strings, got {type(name).__name__} "
@@ -179,7 +183,9 @@ def save_file(tensors: Mapping[str, Any], path: str | Path, metadata: Mapping[st
         if name == "__metadata__":
             raise IntegrationError(SP_SAFETENSORS_FILE, "cannot write a tensor named '__metadata__' (the header's "
                                    "metadata key)", help="rename the tensor")
-    arrays = {name: np.asarray(t) for name, t in tensors.items()}
+    # (asanyarray keeps a masked array for plain_array to refuse: asarray dropped the mask, silently)
+    arrays = {name: plain_array(np.asanyarray(t), f"tensors[{name!r}]", "the file would hold the values under the mask")
+              for name, t in tensors.items()}
     arrays = {name: a if a.flags.c_contiguous else a.copy(order="C") for name, a in arrays.items()}  # 0-d stays 0-d
     header: dict[str, Any] = {}
     if metadata:

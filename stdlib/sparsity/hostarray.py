@@ -64,16 +64,18 @@ def _torch_to_numpy(tensor: Any) -> np.ndarray | None:
     return array
 
 
-def plain_array(array: np.ndarray, what: str = "input") -> np.ndarray:
+def plain_array(array: np.ndarray, what: str = "input",
+                consequence: str = "the computation would read the values under the mask") -> np.ndarray:
     """``array`` as a plain ``numpy.ndarray`` of native byte order: a view of a subclass's memory
     (``np.matrix``, ``np.memmap``; a masked array's data when no element is masked), a native copy
     of a byte-swapped array, ``array`` itself otherwise. SP0804 for a masked array with masked
-    elements: nothing here honours a mask, so its values would be read as if unmasked."""
+    elements: nothing here honours a mask, so its values would be read as if unmasked
+    (``consequence`` says what that would do, after the count of masked elements)."""
     if type(array) is not np.ndarray:
         if isinstance(array, np.ma.MaskedArray) and np.ma.is_masked(array):
             count = int(np.ma.count_masked(array))
-            raise SparsityError(SP_BAD_INPUT, f"{what} is a masked array with {count} masked elements; the "
-                                "computation would read the values under the mask",
+            raise SparsityError(SP_BAD_INPUT, f"{what} is a masked array with {count} masked elements; "
+                                f"{consequence}",
                                 help=f"pass {what}.filled(value) (e.g. 0) for the masked elements, or "
                                      f"{what}.data to use the values under the mask")
         array = array.view(np.ndarray)

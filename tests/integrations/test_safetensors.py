@@ -154,3 +154,38 @@ def test_a_bool_tensor_of_bytes_other_than_0_and_1_is_refused(tmp_path):
     assert info.value.code == "SP0910"
     assert "BOOL tensor 'mask' holds bytes other than 0 and 1" in info.value.message
     assert st.load_file(path, {"ok"})["ok"].tolist() == [True, False, True]
+
+
+def test_a_masked_array_with_masked_elements_is_refused(tmp_path):
+    """save_file read tensors with np.asarray, which drops a mask: the values under it were written
+    to the checkpoint, silently. Refused as the toolkit refuses one (SP0804, plain_array), before
+    anything is written; a masked array with nothing masked is its data."""
+    from sparsile.stdlib.sparsity import SparsityError
+
+    masked = np.ma.masked_array(np.arange(6, dtype=np.float32).reshape(2, 3), mask=[[0, 1, 0], [0, 0, 1]])
+    path = tmp_path / "m.safetensors"
+    with pytest.raises(SparsityError) as err:
+        st.save_file({"ok": np.ones(2, np.float16), "layer.weight": masked}, path)
+    assert err.value.code == "SP0804"
+    assert err.value.message == ("tensors['layer.weight'] is a masked array with 2 masked elements; the file "
+                                 "would hold the values under the mask")
+    assert err.value.help.startswith("pass tensors['layer.weight'].filled(value) (e.g. 0)")
+    assert not path.exists() and not path.with_name(path.name + ".partial").exists()
+    unmasked = np.ma.masked_array(np.arange(6, dtype=np.float32).reshape(2, 3), mask=False)
+    st.save_file({"w": unmasked}, path)
+    back = st.load_file(path)["w"]
+    assert type(back) is np.ndarray and back.tobytes() == unmasked.data.tobytes()
+
+
+def test_subclasses_and_byte_swapped_arrays_are_written_as_their_values(tmp_path):
+    """np.matrix is written as a plain 2-D array, a byte-swapped array as its values (little-endian)."""
+    rng = np.random.default_rng(3)
+    values = rng.standard_normal((3, 4)).astype(np.float32)
+    tensors = {"matrix": np.asmatrix(values), "swapped": values.astype(">f4"),
+               "swapped_view": values.astype(">f4")[:, ::2]}
+    st.save_file(tensors, tmp_path / "s.safetensors")
+    back = st.load_file(tmp_path / "s.safetensors")
+    np.testing.assert_array_equal(back["matrix"], values)
+    np.testing.assert_array_equal(back["swapped"], values)
+    np.testing.assert_array_equal(back["swapped_view"], values[:, ::2])
+    assert all(type(a) is np.ndarray and a.dtype == np.float32 for a in back.values())
