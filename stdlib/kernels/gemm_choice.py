@@ -113,7 +113,8 @@ def resolve_kernel_choice(values: Any, meta: Any, dtype: str | None, kernels: di
     are refused rather than cast: f16 values read as bf16 would lose bits silently (float32 values
     take the tag's type, as the weight they came from was compressed for it). Compressed values of
     an integer type for a floating-point kernel are refused too: they are the bits of a compressed
-    weight viewed as integers far more often than numbers (an int16 view of f16 values became inf).
+    weight viewed as integers far more often than numbers (an int16 view of f16 values became inf),
+    and so are bool values for every kernel (a keep mask: they were cast to 0 and 1 and multiplied).
     ``takes_dtype``: the caller has a ``dtype=`` (sparse_linear has not), which the help names;
     ``compressed``: ``values`` is a compressed weight (not a dense one about to be compressed)."""
     if dtype is not None:
@@ -130,12 +131,29 @@ def resolve_kernel_choice(values: Any, meta: Any, dtype: str | None, kernels: di
     if name not in kernels:
         raise bad_input(f"there is no {family} sparse GEMM kernel for {name} operands",
                         help=f"use one of {', '.join(kernels)}")
+    if compressed and _bool_elements(values):  # (a keep mask, never a compressed weight: not cast to 0 / 1)
+        raise bad_input(f"the compressed values are bools for {name} operands",
+                        help=f"pass the values as {name} numbers (prune_and_compress's values); a bool array is a "
+                             "keep mask: apply it to the dense weight (np.where(mask, w, 0)), then compress that")
     if compressed and name != "s8" and _integer_elements(values):
         raise bad_input(f"the compressed values are integers ({values.dtype}) for {name} operands",
                         help=f"pass the values as {name} numbers; integers holding their bits are read as "
                              f"{name} by a view (numpy: values.view(...), torch: values.view(torch dtype)); "
                              "integer numbers: cast them first (astype / .to)")
     return kernels[name]
+
+
+def _bool_elements(x: Any) -> bool:
+    """Whether an array's elements are bools (numpy, cupy or torch)."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        return False
+    if array_kind(x) in ("torch", "torch-cpu"):
+        return str(dtype) == "torch.bool"
+    try:
+        return np.dtype(dtype) == np.bool_
+    except TypeError:
+        return False
 
 
 def _integer_elements(x: Any) -> bool:

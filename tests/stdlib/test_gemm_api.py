@@ -338,6 +338,39 @@ def test_integer_values_for_a_floating_point_kernel_are_refused(int_type: str):
     assert_close(c, ref, absprod, 64, "f16")
 
 
+@pytest.mark.parametrize("dtype", ["f16", "s8"])
+def test_bool_values_are_refused_for_every_kernel(dtype: str):
+    """Bool values (a keep mask passed for the compressed values, say) were cast to the operand type,
+    0 and 1, and the product ran, while integer values are refused: a compressed weight never holds
+    bools (docs: values are f16, bf16, e4m3, s8 or f32 numbers). SP0804 naming bool, with or
+    without dtype=, in sparse_matmul and sparse_linear; for s8 too, whose integers are its numbers."""
+    from sparsile.stdlib.kernels import sparse_linear
+
+    weight, b = problem(dtype, 40, 24, 64, seed=8)
+    flags = np.asarray(weight.values) != 0
+    calls = [lambda: sparse_matmul(flags, weight.meta, b, interpret=True),
+             lambda: sparse_matmul(flags, weight.meta, b, interpret=True, dtype=dtype)]
+    if dtype == "f16":
+        calls.append(lambda: sparse_linear(flags, weight.meta, b, interpret=True))
+    for call in calls:
+        with pytest.raises(SparsityError) as e:
+            call()
+        head, help_line = str(e.value).split("\n")[:2]
+        assert head == f"error[SP0804]: the compressed values are bools for {dtype} operands"
+        assert help_line == (f" = help: pass the values as {dtype} numbers (prune_and_compress's values); a bool "
+                             "array is a keep mask: apply it to the dense weight (np.where(mask, w, 0)), then "
+                             "compress that")
+
+
+def test_bool_torch_values_are_refused():
+    torch = pytest.importorskip("torch")
+    weight, b = problem("f16", 40, 24, 64, seed=8)
+    flags = torch.from_numpy(np.asarray(weight.values) != 0)
+    with pytest.raises(SparsityError) as e:
+        sparse_matmul(flags, weight.meta, torch.from_numpy(b), interpret=True)
+    assert (e.value.code, e.value.message) == ("SP0804", "the compressed values are bools for f16 operands")
+
+
 def test_bad_arguments_are_refused_before_any_work():
     # strings used to escape as ValueError from astype, num_sms="a" as TypeError, and a read-only
     # out failed inside the interpreter's store as an internal compiler error
