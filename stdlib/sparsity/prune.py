@@ -69,15 +69,6 @@ def integer_magnitudes(array: np.ndarray) -> np.ndarray:
     return np.abs(array.astype(np.int64)).view(np.uint64)  # (|-2**63| wraps to -2**63: as uint64, 2**63)
 
 
-def orderable_magnitudes(array: np.ndarray) -> np.ndarray:
-    """|x| in a type that orders every value (float64, or exact uint64 for integers); NaN -> +inf."""
-    if array.dtype.kind in "biu":
-        return integer_magnitudes(array)
-    mags = np.abs(array.astype(np.float64))
-    mags[np.isnan(mags)] = np.inf
-    return mags
-
-
 def unit_keys(array: np.ndarray, unit: int) -> np.ndarray:
     """Ranking keys of the units (``unit`` consecutive elements along the last axis) of ``array``, in
     the order pruning keeps them: |x| (or |a|+|b| of a pair) with NaN above every number, +inf
@@ -100,6 +91,26 @@ def unit_keys(array: np.ndarray, unit: int) -> np.ndarray:
     nan = np.isnan(mags)
     sums = np.where(nan, np.inf, mags).sum(axis=-1).view(np.uint64)
     return np.where(nan.any(axis=-1), np.where(nan, bits, np.uint64(0)).max(axis=-1), sums)
+
+
+INF_KEY = np.array(np.inf).view(np.uint64)[()]
+"""The :func:`unit_keys` key of ±inf: a NaN's key is larger, a number's smaller."""
+
+NUMBER, INFINITE, NAN = 0, 1, 2
+"""The classes of :func:`element_ranks`, in the order pruning keeps them."""
+
+
+def element_ranks(array: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(class, magnitude) of every element of ``array``, read from its :func:`unit_keys` (the one
+    rule pruning keeps elements by, so that other rankings, such as the transposable masks', agree
+    with it): class :data:`NAN` above :data:`INFINITE` (±inf) above :data:`NUMBER` (int8; integers
+    are numbers), and |x| as float64 for numbers (0.0 for NaN and ±inf; -0.0 is 0.0). Only NaN
+    payloads, which pruning also orders among NaNs, are not kept."""
+    keys = np.ascontiguousarray(unit_keys(array, 1))
+    if array.dtype.kind in "biu":
+        return np.zeros(array.shape, np.int8), keys.astype(np.float64)
+    classes = (keys >= INF_KEY).astype(np.int8) + (keys > INF_KEY)
+    return classes, np.where(classes == NUMBER, keys.view(np.float64), 0.0)
 
 
 REFERENCE_BLOCK_GROUPS = 8192

@@ -8,7 +8,9 @@ enumerated once; the kept magnitude of every block under every pattern is summed
 the GPU kernel's order (:func:`_pattern_sums`: each row's pair, then the rows in order), so both
 round alike, and the best pattern is its arg-max. Ties go to the first pattern in
 :data:`PATTERNS` order (the rows' index pairs in lexicographic order), so the result is
-deterministic. NaN counts as larger than every number (as in :func:`prune_2_4`).
+deterministic. Special values rank as :func:`prune_2_4` ranks them (:func:`~.prune.element_ranks`,
+read from pruning's own keys): a pattern keeping more NaNs wins, then one keeping more infinities,
+then the larger finite sum.
 
 Measured kept magnitude against the row-only 2:4 mask (which keeps the most magnitude possible for
 any 2:4 mask, transposable or not) is in docs/sparse-metadata.md ("Transposable masks").
@@ -24,7 +26,7 @@ import numpy as np
 from .blocks import chunk_blocks
 from .errors import SP_BAD_INPUT, SparsityError
 from .hostarray import as_host_array, require_numeric
-from .prune import orderable_magnitudes
+from .prune import element_ranks
 
 
 def _patterns() -> np.ndarray:
@@ -42,6 +44,11 @@ def _patterns() -> np.ndarray:
 
 PATTERNS: np.ndarray = _patterns()
 """Every transposable 2:4 pattern of a 4x4 block, (90, 16) bool, row-major within the block."""
+
+SPECIAL_WEIGHTS = np.array([0.0, 1.0, 16.0])
+"""What a kept number, inf and NaN (:func:`~.prune.element_ranks`' classes) add to a pattern's
+special count: a NaN outweighs the 8 infinities a pattern can keep at most, so the count orders
+patterns by their NaNs first, then by their infinities (the GPU kernel weighs them alike)."""
 
 BLOCKS_PER_STEP = 1 << 16
 """4x4 blocks scored per step (a (blocks, 90) float64 score array of ~47 MB)."""
@@ -82,18 +89,17 @@ def transposable_mask_2_4(w: Any) -> np.ndarray:
     rows, cols = array.shape
     mp, kp = -(-rows // 4) * 4, -(-cols // 4) * 4
     mags = np.zeros((mp, kp), dtype=np.float64)
-    mags[:rows, :cols] = orderable_magnitudes(array)  # float64, or exact int64 (|-128| = 128); NaN -> inf
+    classes = np.zeros((mp, kp), dtype=np.int8)
+    classes[:rows, :cols], mags[:rows, :cols] = element_ranks(array)  # |x| of numbers; NaN, ±inf by class
     blocks = mags.reshape(mp // 4, 4, kp // 4, 4).transpose(0, 2, 1, 3).reshape(-1, 16)
+    block_classes = classes.reshape(mp // 4, 4, kp // 4, 4).transpose(0, 2, 1, 3).reshape(-1, 16)
     best = np.empty(blocks.shape[0], dtype=np.intp)
     for part in chunk_blocks(blocks.shape[0], BLOCKS_PER_STEP):
-        # rank by the number of infinite (inf, NaN) kept elements first, then by the finite sum
-        infinite = np.isinf(blocks[part])
-        if infinite.any():
-            count = _pattern_sums(infinite.astype(np.float64))
-            scores = _pattern_sums(np.where(infinite, 0.0, blocks[part]))
+        # rank by the kept NaNs first, then the kept infinities (one weighted count), then the finite sum
+        scores = _pattern_sums(blocks[part])
+        if (block_classes[part] > 0).any():
+            count = _pattern_sums(SPECIAL_WEIGHTS[block_classes[part]])
             scores[count < count.max(axis=0, keepdims=True)] = -1.0
-        else:
-            scores = _pattern_sums(blocks[part])
         best[part] = np.argmax(scores, axis=0)
     mask = PATTERNS[best].reshape(mp // 4, kp // 4, 4, 4).transpose(0, 2, 1, 3).reshape(mp, kp)
     return np.ascontiguousarray(mask[:rows, :cols])

@@ -448,6 +448,21 @@ def test_transposable_prune_gaussian_f16() -> None:
                                   bits(S.prune_transposable_2_4(w)))
 
 
+@pytest.mark.parametrize("dtype", ("f16", "bf16", "tf32"))
+def test_transposable_prune_ranks_nan_above_inf_as_the_host(dtype: str) -> None:
+    """Blocks of NaN, ±inf, ±0.0 and numbers, many where a NaN and an infinity compete for a row's
+    or a column's two places: NaN ranks above inf on the GPU as on the host (and in pruning;
+    docs/sparse-metadata.md §12). The kernel counted them alike, as the host once did."""
+    rng = np.random.default_rng(55)
+    choices = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -2.0, 3.0], np.float32)
+    w = rng.choice(choices, size=(16, 64), p=[0.2, 0.15, 0.15, 0.1, 0.1, 0.1, 0.1, 0.1])
+    w[0, :4], w[1:4, 0] = np.inf, (-np.inf, np.inf, np.nan)  # a column whose first two places are infinite
+    w = w.astype(S.operand_type(dtype).host_dtype)
+    host = S.prune_transposable_2_4(w)
+    assert np.isnan(host[3, 0])
+    np.testing.assert_array_equal(bits(G.prune_transposable_gpu(w, interpret=True)), bits(host))
+
+
 def test_transposable_checks_element_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
     """The transposable kernel indexes elements (i32), not chunks: a matrix whose chunks fit but
     whose elements do not is refused (modeled with a small limit, one block: 16 x 100 f16 has 400

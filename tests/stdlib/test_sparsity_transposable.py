@@ -103,3 +103,43 @@ def test_bad_input() -> None:
     with pytest.raises(SparsityError) as err:
         S.transposable_mask_2_4(np.array([["a", "b"]]))
     assert err.value.code == "SP0804" and "not numeric" in err.value.message
+
+
+SPECIAL = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -2.0, 3.0, 0.5]
+"""Block elements: NaN, ±inf, ±0.0 and a few numbers whose sums are exact in float64."""
+
+
+def rank_key(block: np.ndarray, keep: np.ndarray) -> tuple[int, int, float]:
+    """The documented order of a kept set (docs/sparse-metadata.md §12), computed independently:
+    more NaNs first, then more infinities, then the larger sum of the finite |x|."""
+    kept = block.reshape(16)[keep].astype(np.float64)
+    finite = np.abs(kept[np.isfinite(kept)])
+    return int(np.isnan(kept).sum()), int(np.isinf(kept).sum()), float(finite.sum())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(range(len(SPECIAL))), min_size=16, max_size=16),
+       st.sampled_from([np.float16, np.float32, np.float64]))
+def test_special_values_rank_as_pruning_ranks_them(picks: list[int], dtype: type) -> None:
+    """NaN ranks above inf above every number, as prune_2_4 ranks them (both from prune.unit_keys);
+    the transposable mask counted NaN and inf alike, so between them the first pattern decided.
+    The mask is the first pattern (PATTERNS order) of the largest (NaNs, infs, finite sum)."""
+    block = np.array([SPECIAL[i] for i in picks], dtype=dtype).reshape(4, 4)
+    mask = S.transposable_mask_2_4(block)
+    assert_transposable(mask)
+    keys = [rank_key(block, p) for p in PATTERNS]
+    best = max(keys)
+    assert rank_key(block, mask.reshape(16)) == best
+    np.testing.assert_array_equal(mask.reshape(16), PATTERNS[keys.index(best)])
+
+
+def test_nan_beats_inf_in_a_column_as_in_pruning_along_it() -> None:
+    """Column 0 holds two infinities and a NaN below them and keeps 2: the NaN and the first inf, as
+    prune_mask_2_4 along the columns keeps them (the first pattern, rows 0 and 1, kept both
+    infinities)."""
+    w = np.ones((4, 4), np.float32)
+    w[0, 0], w[1, 0], w[3, 0] = np.inf, -np.inf, np.nan
+    mask = S.transposable_mask_2_4(w)
+    assert_transposable(mask)
+    np.testing.assert_array_equal(mask[:, 0], S.prune_mask_2_4(w, axis=0)[:, 0])
+    np.testing.assert_array_equal(mask[:, 0], [True, False, False, True])
