@@ -46,7 +46,9 @@ def dtype_of(obj: Any) -> T.ScalarType | None:
 def dtype_constexpr(v: Any) -> T.ScalarType | None:
     """The element type a dtype given as a constexpr argument stands for, however it is spelled
     (``np.float16``, ``np.dtype("float16")``, ``ml_dtypes.bfloat16``, an object with a ``dtype``
-    and no ``shape``: each is ``f16`` / ``bf16`` as ``sp.f16`` is), or None for any other value
+    and no ``shape``: each is ``f16`` / ``bf16`` as ``sp.f16`` is; Python's ``float`` / ``int`` /
+    ``bool`` as NumPy reads them, ``f64`` / ``i64`` / ``bool``, not the ``f32`` / ``i32`` of a
+    Python float or int value: docs/language.md, "Parameter types"), or None for any other value
     (numbers, strings, NumPy scalars, ``sp`` types themselves: ``specialize.constexpr_value`` takes
     those first). The launcher's and a prepared launch's constexpr check compare by it too
     (``backend/runtime/params.py``), and so does the autotuning key, so every spelling of one type

@@ -39,6 +39,11 @@ SPELLINGS = [
     (sp.f32, np.float32, np.dtype("float32")),
     (sp.i8, np.int8, np.dtype("int8")),
     (sp.u32, np.uint32, np.dtype("uint32")),
+    # Python's builtin types, read as NumPy reads them (np.dtype(float) is float64): not the types a
+    # Python float or int *value* gets (f32, i32; docs/language.md, "Parameter types")
+    (sp.f64, np.float64, np.dtype("float64"), float),
+    (sp.i64, np.int64, np.dtype("int64"), int),
+    (sp.bool, np.bool_, np.dtype("bool"), bool),
 ]
 
 
@@ -72,8 +77,29 @@ def test_constexpr_equal_tells_dtypes_and_other_values_apart() -> None:
     for a, b in [(np.float16, sp.f32), (np.float16, np.float32), (ml_dtypes.bfloat16, sp.f16),
                  (np.float32, sp.tf32), (np.int8, sp.u8), (np.float16, "float16"), (np.float16, np.float16(0)),
                  (np.dtype("float16"), np.float16(0)), (sp.f16, 16), (np.int32, 32), (np.float16, None),
-                 (np.dtype([("a", np.int8)]), sp.i8), (np.complex64, sp.f32)]:
+                 (np.dtype([("a", np.int8)]), sp.i8), (np.complex64, sp.f32), (float, sp.f32), (float, np.float32),
+                 (int, sp.i32), (float, 1.0), (int, 3), (bool, True), (float, int), (bool, sp.u8)]:
         assert not constexpr_equal(a, b) and not constexpr_equal(b, a), (a, b)
+
+
+@sp.jit
+def widen(out: sp.ptr[sp.f64], a, DT: sp.constexpr):
+    sp.store(out, a.to(DT).to(sp.f64))
+
+
+def test_a_builtin_type_is_numpys_dtype_while_a_value_of_it_is_the_languages() -> None:
+    """``DT=float`` is ``sp.f64`` (``int`` ``sp.i64``, ``bool`` ``sp.bool``), as NumPy reads the
+    builtin types, while the Python float value 16777217.0 for an unannotated parameter is an f32
+    (16777216.0) and the int 3 an i32: the two readings docs/language.md states, pinned."""
+    cases = [(np.float64(16777217.0), float, 16777217.0), (np.float64(16777217.0), sp.f32, 16777216.0),
+             (16777217.0, float, 16777216.0), (np.int64(2**40 + 1), int, float(2**40 + 1)),
+             (np.int64(2**40 + 1), sp.i32, 1.0), (2.5, bool, 1.0)]
+    for a, dt, want in cases:
+        out = np.full(1, np.nan)
+        widen.interpret[(1,)](out, a, dt)
+        assert out[0] == want, (a, dt)
+    x = np.zeros(N, np.float32)
+    assert "f64" in str(through.ir(x, x, float)) and str(through.ir(x, x, float)) != str(through.ir(x, x, sp.f32))
 
 
 def test_describe_value_shows_a_type_as_a_type() -> None:
