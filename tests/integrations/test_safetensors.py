@@ -177,6 +177,7 @@ def test_a_masked_array_with_masked_elements_is_refused(tmp_path):
     assert type(back) is np.ndarray and back.tobytes() == unmasked.data.tobytes()
 
 
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
 def test_subclasses_and_byte_swapped_arrays_are_written_as_their_values(tmp_path):
     """np.matrix is written as a plain 2-D array, a byte-swapped array as its values (little-endian)."""
     rng = np.random.default_rng(3)
