@@ -109,8 +109,11 @@ def element_ranks(array: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     keys = np.ascontiguousarray(unit_keys(array, 1))
     if array.dtype.kind in "biu":
         return np.zeros(array.shape, np.int8), keys.astype(np.float64)
-    classes = (keys >= INF_KEY).astype(np.int8) + (keys > INF_KEY)
-    return classes, np.where(classes == NUMBER, keys.view(np.float64), 0.0)
+    special = keys >= INF_KEY
+    if not special.any():  # (the common case: one pass, the keys' bits are |x|)
+        return np.zeros(array.shape, np.int8), keys.view(np.float64)
+    classes = special.astype(np.int8) + (keys > INF_KEY)
+    return classes, np.where(special, 0.0, keys.view(np.float64))
 
 
 REFERENCE_BLOCK_GROUPS = 8192

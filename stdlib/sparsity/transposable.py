@@ -92,12 +92,13 @@ def transposable_mask_2_4(w: Any) -> np.ndarray:
     classes = np.zeros((mp, kp), dtype=np.int8)
     classes[:rows, :cols], mags[:rows, :cols] = element_ranks(array)  # |x| of numbers; NaN, ±inf by class
     blocks = mags.reshape(mp // 4, 4, kp // 4, 4).transpose(0, 2, 1, 3).reshape(-1, 16)
-    block_classes = classes.reshape(mp // 4, 4, kp // 4, 4).transpose(0, 2, 1, 3).reshape(-1, 16)
+    special = bool(classes.any())
+    block_classes = classes.reshape(mp // 4, 4, kp // 4, 4).transpose(0, 2, 1, 3).reshape(-1, 16) if special else None
     best = np.empty(blocks.shape[0], dtype=np.intp)
     for part in chunk_blocks(blocks.shape[0], BLOCKS_PER_STEP):
         # rank by the kept NaNs first, then the kept infinities (one weighted count), then the finite sum
         scores = _pattern_sums(blocks[part])
-        if (block_classes[part] > 0).any():
+        if block_classes is not None and block_classes[part].any():
             count = _pattern_sums(SPECIAL_WEIGHTS[block_classes[part]])
             scores[count < count.max(axis=0, keepdims=True)] = -1.0
         best[part] = np.argmax(scores, axis=0)
