@@ -200,19 +200,24 @@ def stored_params(func: Function) -> set[str]:
     return written
 
 
-def _byte_span(value: Any, arr: np.ndarray, copied_by_to_host: bool) -> tuple[str, int, int]:
-    """(memory space, first byte, one past the last byte) the user's array ``value`` spans."""
+def _user_layout(value: Any, arr: np.ndarray, copied_by_to_host: bool
+                 ) -> tuple[str, int, tuple[int, ...], tuple[int, ...], int]:
+    """(memory space, address, shape, byte strides, itemsize) of the user's array ``value``: its
+    own layout where :func:`to_host` converted it (a torch or cupy array), ``arr``'s otherwise."""
     if copied_by_to_host:
         value = getattr(value, "sparsile_array", lambda: value)()
         if type(value).__module__.split(".")[0] == "torch":
-            ptr, steps, size, space = (value.data_ptr(), [st * value.element_size() for st in value.stride()],
-                                       value.element_size(), str(value.device))
-        else:  # cupy
-            ptr, steps, size, space = value.data.ptr, list(value.strides), value.itemsize, f"cuda:{value.device.id}"
-        shape = tuple(value.shape)
-    else:
-        ptr, steps, size, space, shape = (arr.__array_interface__["data"][0], list(arr.strides), arr.itemsize,
-                                          "cpu", arr.shape)
+            item = value.element_size()
+            return (str(value.device), value.data_ptr(), tuple(value.shape),
+                    tuple(st * item for st in value.stride()), item)
+        return (f"cuda:{value.device.id}", value.data.ptr, tuple(value.shape), tuple(value.strides),  # cupy
+                value.itemsize)
+    return "cpu", arr.__array_interface__["data"][0], arr.shape, arr.strides, arr.itemsize
+
+
+def _byte_span(layout: tuple[str, int, tuple[int, ...], tuple[int, ...], int]) -> tuple[str, int, int]:
+    """(memory space, first byte, one past the last byte) an array of :func:`_user_layout` spans."""
+    space, ptr, shape, steps, size = layout
     if any(n == 0 for n in shape):
         return space, ptr, ptr
     lo = ptr + sum(min(0, (n - 1) * st) for n, st in zip(shape, steps, strict=True))
@@ -241,7 +246,8 @@ class _HostArg:
         self.copied = back is not None or arr.dtype != dt or not arr.flags.c_contiguous
         self.view_key = (arr.__array_interface__["data"][0], arr.shape, arr.strides, arr.dtype, dt,
                          id(arr) if back is not None else 0)
-        self.span = _byte_span(value, arr, back is not None)
+        self.layout = _user_layout(value, arr, back is not None)
+        self.span = _byte_span(self.layout)
 
 
 SELF_OVERLAP_EXACT = 1 << 22
@@ -249,34 +255,39 @@ SELF_OVERLAP_EXACT = 1 << 22
 alone do not keep the elements apart (an ``as_strided`` view); a larger such array counts as overlapping."""
 
 
-def _self_overlapping(arr: np.ndarray) -> bool:
-    """Whether two elements of ``arr`` share a byte (a zero stride, rows of an ``as_strided`` view
-    that overlap). A slice, transpose or reversal of a dense array passes the first test."""
-    dims = sorted((abs(st), n) for n, st in zip(arr.shape, arr.strides, strict=True) if n > 1)
-    if arr.size == 0:
+def _self_overlapping(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+    """Whether two elements of an array of ``shape``, byte ``strides`` and ``itemsize`` share a byte
+    (a zero stride, rows of an ``as_strided`` view that overlap). A slice, transpose or reversal of a
+    dense array passes the first test."""
+    dims = sorted((abs(st), n) for n, st in zip(shape, strides, strict=True) if n > 1)
+    size = int(np.prod(shape, dtype=np.int64))
+    if size == 0:
         return False
-    reach = arr.itemsize
+    reach = itemsize
     for stride, n in dims:
         if stride < reach:
             break
         reach += stride * (n - 1)
     else:
         return False
-    if arr.size > SELF_OVERLAP_EXACT:
+    if size > SELF_OVERLAP_EXACT:
         return True
     offsets = np.zeros(1, np.int64)
     for stride, n in dims:
         offsets = (offsets[:, None] + np.arange(n, dtype=np.int64)[None, :] * stride).reshape(-1)
     offsets.sort()
-    return bool((np.diff(offsets) < arr.itemsize).any())
+    return bool((np.diff(offsets) < itemsize).any())
 
 
 def _check_self_overlap(a: _HostArg) -> None:
     """A written array whose own elements share memory runs on a dense copy, and the copy back
-    keeps one of the values written to each shared address, silently: LaunchError SP0750."""
-    if a.writes and a.copied and _self_overlapping(a.arr):
-        raise LaunchError("SP0750", f"elements of argument `{a.name}` overlap in memory (shape {a.arr.shape}, byte "
-                          f"strides {a.arr.strides}), and the kernel writes through it; the interpreter runs on a "
+    keeps one of the values written to each shared address, silently (torch's ``copy_`` back into
+    a tensor it converted raises instead, after the run): LaunchError SP0750. The user's array's
+    own layout is checked (a torch bfloat16 or negated tensor reaches the kernel as a dense copy)."""
+    _, _, shape, strides, itemsize = a.layout
+    if a.writes and a.copied and _self_overlapping(shape, strides, itemsize):
+        raise LaunchError("SP0750", f"elements of argument `{a.name}` overlap in memory (shape {shape}, byte "
+                          f"strides {strides}), and the kernel writes through it; the interpreter runs on a "
                           "copy, and copying it back would keep only one of the values written to each shared "
                           "address", help="pass an array whose elements are distinct (e.g. `out.copy()`, or a "
                                           "slice of a new array)")

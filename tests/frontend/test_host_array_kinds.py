@@ -141,3 +141,44 @@ def test_launcher_description_of_a_masked_array() -> None:
                                   "under the mask and ignores the mask")
     plain, unmasked = describe_array(x), describe_array(masked(x, []))
     assert (unmasked.ptr, unmasked.dtype, unmasked.shape) == (plain.ptr, plain.dtype, plain.shape)
+
+
+CAST_SOURCE = """
+@kernel
+def scale(x: ptr[f32], out, n: i32, BLOCK: constexpr = 64):
+    offs = program_id(0) * BLOCK + arange(0, BLOCK)
+    mask = offs < n
+    store(out + offs, (3.0 * load(x + offs, mask=mask)).to(out.dtype), mask=mask)
+"""
+
+
+@pytest.mark.parametrize("dtype, negated", [("bfloat16", False), ("float32", True), ("float16", True),
+                                            ("float32", False)])
+def test_written_torch_tensor_whose_elements_share_memory_is_sp0750(dtype: str, negated: bool) -> None:
+    """A written torch CPU tensor with a zero stride (``expand``) that the interpreter converts
+    (bfloat16, or a lazy negation ``_neg_view``) reached the kernel as a dense copy, so the check
+    of the copy's strides passed: the kernel ran, then torch's ``copy_`` back into the tensor
+    raised its own RuntimeError (an internal traceback, after the run). The tensor's own layout is
+    checked now: SP0750 before anything runs, as for a float32 tensor read in place."""
+    torch = pytest.importorskip("torch")
+    x, _, _ = operands(8)
+    out = torch.full((1,), float("nan"), dtype=getattr(torch, dtype)).expand(N)
+    if negated:
+        out = out._neg_view()
+    k = sp.loads(CAST_SOURCE, "cast.spk").kernels["scale"]
+    with pytest.raises(LaunchError) as info:
+        k.interpret[GRID](x, out, N)
+    assert info.value.code == "SP0750"
+    assert info.value.message == (f"elements of argument `out` overlap in memory (shape ({N},), byte strides "
+                                  "(0,)), and the kernel writes through it; the interpreter runs on a copy, and "
+                                  "copying it back would keep only one of the values written to each shared "
+                                  "address")
+    assert torch.isnan(out).all()  # refused before anything ran
+    distinct = torch.full((2 * N,), float("nan"), dtype=getattr(torch, dtype))[::2]  # strided, elements distinct
+    if negated:
+        distinct = distinct._neg_view()
+    k.interpret[GRID](x, distinct, N)
+    got = distinct.resolve_neg().float().numpy().astype(np.float64)
+    assert not np.isnan(got).any()
+    rtol = {"float32": 1e-6, "float16": 2.0**-11, "bfloat16": 2.0**-8}[dtype]  # (one rounding to out's type)
+    np.testing.assert_allclose(got, 3.0 * x.astype(np.float64), rtol=rtol, atol=0)
