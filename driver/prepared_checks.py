@@ -48,19 +48,27 @@ def typed_scalar_writer(name: str, prepared: T.ScalarType, write: Callable[[Any,
     """``write`` (a prepared launch's writer of scalar parameter ``name``, unannotated, prepared for
     type ``prepared``) behind the check that ``kernel[grid]`` types each value as ``prepared``
     (SP0736 else). The common values (a Python int, float or bool of the prepared type) cost one
-    type test; a NumPy scalar's type is looked up once per NumPy type."""
+    type test; a NumPy scalar of the prepared type one set lookup (its class decides its type: it
+    is typed once per class, then known by its class, ``np.bool_`` included)."""
     param = ParamInfo(name, None)
     by_type: dict[type, T.Type | None] = {}
+    accepted: set[type] = set()
+    """NumPy scalar classes ``kernel[grid]`` types as ``prepared``."""
 
     def refuse(value: Any) -> None:
         """Raise SP0736 if ``kernel[grid]`` types ``value`` otherwise (its own diagnostic, SP0708 for
         a NumPy type the language has none for, if it refuses the value)."""
         cls = type(value)
-        if isinstance(value, np.generic) and not isinstance(value, np.bool_):
+        if cls in accepted:
+            return
+        if isinstance(value, np.generic):
             given = by_type.get(cls)
             if given is None:
                 given = by_type[cls] = arg_spec(param, value).type
-        elif isinstance(value, bool | np.bool_ | int | float | np.integer | np.floating):
+                if given == prepared:
+                    accepted.add(cls)
+                    return
+        elif isinstance(value, bool | int | float):
             given = arg_spec(param, value).type
         else:
             return  # not a number: the writer names what it expected
@@ -73,14 +81,14 @@ def typed_scalar_writer(name: str, prepared: T.ScalarType, write: Callable[[Any,
 
     if prepared == T.i32:
         def check_i32(value: Any, call: Any) -> None:
-            if type(value) is not int or not _I32_MIN <= value <= _I32_MAX:
+            if (type(value) is not int or not _I32_MIN <= value <= _I32_MAX) and type(value) not in accepted:
                 refuse(value)
             write(value, call)
 
         return check_i32
     if prepared == T.i64:
         def check_i64(value: Any, call: Any) -> None:
-            if type(value) is not int or _I32_MIN <= value <= _I32_MAX:
+            if (type(value) is not int or _I32_MIN <= value <= _I32_MAX) and type(value) not in accepted:
                 refuse(value)
             write(value, call)
 
@@ -88,7 +96,7 @@ def typed_scalar_writer(name: str, prepared: T.ScalarType, write: Callable[[Any,
     fast = float if prepared == T.f32 else bool if prepared == T.bool_ else None
 
     def check(value: Any, call: Any) -> None:
-        if type(value) is not fast:
+        if type(value) is not fast and type(value) not in accepted:
             refuse(value)
         write(value, call)
 
