@@ -494,7 +494,7 @@ a62)  # torch55c on the GPU (the op casts a float32 x inside, saves only shapes 
         tests/gpu/test_torch_autograd_gpu.py tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_input_scale_gpu.py \
         tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_training_gpu.py tests/gpu/test_torch_graph_owners_gpu.py \
         tests/gpu/test_torch_graph_scratch_gpu.py tests/gpu/test_torch_warm_up_gpu.py tests/gpu/test_capture_threads_gpu.py \
-        tests/stdlib/test_sparsity_gpu.py tests/stdlib/test_cupy_devices.py
+        tests/stdlib/test_sparsity_gpu.py tests/stdlib/test_cupy_devices.py tests/gpu/test_prepared_scalar_types_gpu.py
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
         run 170 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
             --json "$out/linear-62.json"
