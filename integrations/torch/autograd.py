@@ -416,6 +416,10 @@ def _op_with_input_grad(setup_context: Any, backward: Any) -> type:
             return (*backward(ctx, dy), None, None, None)
 
         jvp = LayerWithInputGrad.jvp  # forward mode: SP0922
+        # (compiled autograd, torch._dynamo.compiled_autograd, keys a node's backward by its class's
+        # _compiled_autograd_key, which autograd.Function has and a _SingleLevelFunction has not: before, any
+        # backward through the op under compiled autograd stopped at torch's AttributeError)
+        _compiled_autograd_key = staticmethod(torch.autograd.Function._compiled_autograd_key)
 
     # backward, disabled for dynamo: run by autograd's engine inside a torch.compile'd function with a graph break,
     # its frame was handed to dynamo, which gave up at ctx.saved_tensors ("WON'T CONVERT", the frame then run
@@ -491,6 +495,7 @@ class _QuantizerGradRefused(torch.autograd.function._SingleLevelFunction):
         return _no_quantizer_grad(ctx, d_xq, d_scale), None
 
     jvp = LayerWithInputGrad.jvp
+    _compiled_autograd_key = staticmethod(torch.autograd.Function._compiled_autograd_key)  # (see Formula's)
 
 
 def register(library: Any) -> None:
