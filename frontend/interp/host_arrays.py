@@ -21,6 +21,7 @@ from ..diagnostics import LaunchError
 from ..ir import types as T
 from ..ir.core import Function, Operation
 from ..ir.scalar_range import check_float_fits
+from .overlap import self_overlapping
 from .values import Buffer, PtrVal, TensorVal
 
 
@@ -250,42 +251,13 @@ class _HostArg:
         self.span = _byte_span(self.layout)
 
 
-SELF_OVERLAP_EXACT = 1 << 22
-"""Elements up to which :func:`_self_overlapping` compares every element's address when the strides
-alone do not keep the elements apart (an ``as_strided`` view); a larger such array counts as overlapping."""
-
-
-def _self_overlapping(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
-    """Whether two elements of an array of ``shape``, byte ``strides`` and ``itemsize`` share a byte
-    (a zero stride, rows of an ``as_strided`` view that overlap). A slice, transpose or reversal of a
-    dense array passes the first test."""
-    dims = sorted((abs(st), n) for n, st in zip(shape, strides, strict=True) if n > 1)
-    size = int(np.prod(shape, dtype=np.int64))
-    if size == 0:
-        return False
-    reach = itemsize
-    for stride, n in dims:
-        if stride < reach:
-            break
-        reach += stride * (n - 1)
-    else:
-        return False
-    if size > SELF_OVERLAP_EXACT:
-        return True
-    offsets = np.zeros(1, np.int64)
-    for stride, n in dims:
-        offsets = (offsets[:, None] + np.arange(n, dtype=np.int64)[None, :] * stride).reshape(-1)
-    offsets.sort()
-    return bool((np.diff(offsets) < itemsize).any())
-
-
 def _check_self_overlap(a: _HostArg) -> None:
     """A written array whose own elements share memory runs on a dense copy, and the copy back
     keeps one of the values written to each shared address, silently (torch's ``copy_`` back into
     a tensor it converted raises instead, after the run): LaunchError SP0750. The user's array's
     own layout is checked (a torch bfloat16 or negated tensor reaches the kernel as a dense copy)."""
     _, _, shape, strides, itemsize = a.layout
-    if a.writes and a.copied and _self_overlapping(shape, strides, itemsize):
+    if a.writes and a.copied and self_overlapping(shape, strides, itemsize):
         raise LaunchError("SP0750", f"elements of argument `{a.name}` overlap in memory (shape {shape}, byte "
                           f"strides {strides}), and the kernel writes through it; the interpreter runs on a "
                           "copy, and copying it back would keep only one of the values written to each shared "
