@@ -9,7 +9,8 @@ as ``f32``, a bool as ``bool``, a NumPy or ml_dtypes scalar as its own type (``n
 ``kernel[grid]`` would type otherwise would compute in the prepared type where ``kernel[grid]``
 computes in its own (``a + a`` wraps in ``i8`` on one path and not on the other): it is refused,
 naming both types. A parameter annotated with a scalar type takes any number in its type on both
-paths and is not checked here.
+paths and is not checked here. An array, even a 0-d one (``np.array(3)``, ``torch.tensor(5)``), is
+refused too: ``kernel[grid]`` passes it as a pointer.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 from ..backend.runtime.arguments import CONSTEXPR, constexpr_equal, describe_value
 from ..frontend.diagnostics import LaunchError
 from ..frontend.ir import types as T
-from ..frontend.sema.specialize import ParamInfo, arg_spec
+from ..frontend.sema.specialize import ParamInfo, arg_spec, is_array_like
 
 PREPARED_SCALAR_TYPE = "SP0736"
 """A prepared launch given, for an unannotated scalar parameter, a value ``kernel[grid]`` types as
@@ -70,6 +71,11 @@ def typed_scalar_writer(name: str, prepared: T.ScalarType, write: Callable[[Any,
                     return
         elif isinstance(value, bool | int | float):
             given = arg_spec(param, value).type
+        elif is_array_like(value):  # a 0-d array too: kernel[grid] passes it as a pointer (SP0310 on use)
+            raise LaunchError(PREPARED_SCALAR_TYPE, f"argument `{name}` = {describe_value(value)} is an array "
+                              f"(`kernel[grid]` passes it as a pointer), but the launch was prepared for the "
+                              f"scalar {prepared}", f"pass the number: {_conversion(name, prepared)}, which "
+                              f"`kernel[grid]` types as {prepared}")
         else:
             return  # not a number: the writer names what it expected
         if given != prepared and isinstance(given, T.ScalarType):
@@ -101,6 +107,16 @@ def typed_scalar_writer(name: str, prepared: T.ScalarType, write: Callable[[Any,
         write(value, call)
 
     return check
+
+
+def _conversion(name: str, t: T.ScalarType) -> str:
+    """How the help converts a 0-d array ``name`` to a number ``kernel[grid]`` types as ``t``."""
+    python = {T.i32: "int", T.f32: "float", T.bool_: "bool"}.get(t)
+    if python is not None:
+        return f"`{python}({name})` or `{name}.item()`"
+    cls = T.numpy_dtype(t).type
+    module = "np" if cls.__module__ == "numpy" else cls.__module__
+    return f"`{module}.{cls.__name__}({name})`"
 
 
 def _spelling(t: T.ScalarType) -> str:

@@ -89,6 +89,11 @@ def _to_int(value: Any, name: str, dtype: str) -> int:
     if isinstance(value, (float, complex, np.floating)):  # SP0703, as when the call is specialized (sema)
         raise LaunchError(ARG_DTYPE, f"argument `{name}` expects an integer ({dtype}), got "
                           f"{type(value).__name__} {value!r}", "pass an int (round it explicitly)")
+    if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, np.generic):
+        # a 0-d array has __index__, but kernel[grid] refuses an array for a scalar (SP0708, sema)
+        raise LaunchError(ARG_KIND, f"argument `{name}` expects an integer ({dtype}), got {describe_value(value)}: "
+                          "an array, even of one element, is no scalar", f"pass the number: `int({name})` or "
+                          f"`{name}.item()`")
     try:
         return operator.index(value)
     except TypeError:
@@ -154,8 +159,9 @@ _ARRAY_SOURCES = {"numpy": "numpy array", "torch": "torch tensor", "cupy": "CuPy
 def describe_value(value: Any) -> str:
     """A launch argument as the diagnostics show it (SP0708, SP0709, SP0718): an array by its
     element type, kind and shape (``a float32 numpy array of shape (2, 3)``, as SP0703 and SP0720
-    name arrays), an object whose repr is only its type and address by its type (``a `Foo`
-    object``), anything else by its type and repr, cut at 40 characters (``float 2.5``; a class,
+    name arrays), a NumPy or ml_dtypes scalar by its dtype's name and repr (``int64 np.int64(3)``,
+    ``np.longlong(3)`` too), an object whose repr is only its type and address by its type (``a
+    `Foo` object``), anything else by its type and repr, cut at 40 characters (``float 2.5``; a class,
     ``np.float16`` given as a dtype, is no array: ``type <class 'numpy.float16'>``)."""
     cls = type(value)
     if not isinstance(value, np.generic | type) and hasattr(value, "shape") and hasattr(value, "dtype"):
@@ -171,6 +177,8 @@ def describe_value(value: Any) -> str:
     text = repr(value)
     if len(text) > 40:
         text = text[:37] + "..."
+    if isinstance(value, np.generic):  # by its dtype: np.longlong(3) is an int64, not a "longlong"
+        return f"{value.dtype.name} {text}"
     return f"{cls.__name__} {text}"
 
 

@@ -211,3 +211,89 @@ def test_the_per_call_type_check_types_a_numpy_class_once(monkeypatch: pytest.Mo
             check(other, None)
         assert exc.value.code == "SP0736"
     assert written == [value] * 5
+
+
+# (prepared for, a 0-d array given per call, the prepared type, the conversion the help names)
+ZERO_D = [
+    (3, np.array(3), "i32", "int"),
+    (3, np.array(3, np.int32), "i32", "int"),
+    (2**40, np.array(2**40), "i64", "np.int64"),
+    (1.0, np.array(2.5, np.float32), "f32", "float"),
+    (True, np.array(True), "bool", "bool"),
+]
+
+
+@pytest.mark.parametrize(("prepared_for", "array", "prepared_type", "conversion"), ZERO_D,
+                         ids=[f"{c[2]}-{c[1].dtype}" for c in ZERO_D])
+def test_a_prepared_launch_refuses_a_0d_array_kernel_grid_passes_as_a_pointer(
+        gpu: Any, prepared_for: Any, array: Any, prepared_type: str, conversion: str) -> None:
+    """``kernel[grid]`` types a 0-d array given for an unannotated parameter as a pointer (SP0310
+    where the kernel computes with it); the prepared launch took it as the number it holds."""
+    gpu.sizes = [8, 8, _size(prepared_for)]
+    x, _, out = arrays()
+    launch_ = poly[(1,)].prepare(x, out, prepared_for)
+    with pytest.raises(LaunchError) as exc:
+        launch_(x, out, array)
+    assert exc.value.code == "SP0736"
+    assert exc.value.message == (f"argument `a` = a {array.dtype} numpy array of shape () is an array (`kernel[grid]` "
+                                 f"passes it as a pointer), but the launch was prepared for the scalar {prepared_type}")
+    assert exc.value.help.startswith(f"pass the number: `{conversion}(a)`")
+    assert ("`a.item()`" in exc.value.help) == (conversion in ("int", "float", "bool"))
+    assert exc.value.help.endswith(f", which `kernel[grid]` types as {prepared_type}")
+    assert gpu.launches == []  # nothing launched
+    launch_(x, out, prepared_for)  # still usable afterwards
+    assert len(gpu.launches) == 1
+
+
+def test_a_prepared_launch_refuses_a_0d_torch_tensor(gpu: Any) -> None:
+    torch = pytest.importorskip("torch")
+    gpu.sizes = [8, 8, 4]
+    x, _, out = arrays()
+    launch_ = poly[(1,)].prepare(x, out, 3)
+    with pytest.raises(LaunchError) as exc:
+        launch_(x, out, torch.tensor(5))
+    assert exc.value.code == "SP0736"
+    assert exc.value.message == ("argument `a` = a int64 torch tensor of shape () is an array (`kernel[grid]` passes "
+                                 "it as a pointer), but the launch was prepared for the scalar i32")
+    assert gpu.launches == []
+
+
+@pytest.mark.parametrize("array", [np.array(3), np.array(3, np.int8)], ids=["int64", "int8"])
+def test_an_annotated_prepared_launch_refuses_a_0d_array_as_kernel_grid_does(gpu: Any, array: Any) -> None:
+    """``kernel[grid]`` refuses a 0-d array for ``a: sp.i32`` (SP0708); the prepared launch packed
+    the number it holds."""
+    gpu.sizes = [8, 8, 4]
+    x, _, out = arrays()
+    launch_ = poly_i32[(1,)].prepare(x, out, 3)
+    poly_i32[(1,)](x, out, 3)
+    poly_i32[(1,)](x, out, 3)  # kernel[grid]'s cached launch too
+    with pytest.raises(LaunchError) as grid_exc:
+        poly_i32[(1,)](x, out, array)
+    assert grid_exc.value.code == "SP0708"
+    with pytest.raises(LaunchError) as exc:
+        launch_(x, out, array)
+    assert exc.value.code == "SP0708"
+    assert exc.value.message == (f"argument `a` expects an integer (i32), got a {array.dtype} numpy array of "
+                                 f"shape (): an array, even of one element, is no scalar")
+    assert exc.value.help == "pass the number: `int(a)` or `a.item()`"
+    assert len(gpu.launches) == 2  # kernel[grid]'s two
+
+
+@pytest.mark.parametrize(("alias", "message"), [
+    (np.longlong(3), "argument `a` = int64 np.int64(3) has type i64"),
+    (np.ulonglong(3), "argument `a` = uint64 np.uint64(3) has type u64"),
+    (np.intc(3), "argument `a` = int32 np.int32(3) has type i32"),
+    (np.uintc(3), "argument `a` = uint32 np.uint32(3) has type u32"),
+], ids=str)
+def test_sp0736_names_a_numpy_scalar_by_its_dtype_not_its_alias_class(gpu: Any, alias: Any, message: str) -> None:
+    """``np.longlong`` is a class of its own beside ``np.int64`` on Linux (one dtype, int64; on
+    Windows ``np.intc`` beside ``np.int32``): the message named the value by its class
+    (``longlong np.int64(3)``), now by its NumPy dtype."""
+    gpu.sizes = [8, 8, 1]
+    x, _, out = arrays()
+    launch_ = poly[(1,)].prepare(x, out, np.int8(3))
+    with pytest.raises(LaunchError) as exc:
+        launch_(x, out, alias)
+    assert exc.value.code == "SP0736"
+    assert exc.value.message == message + " (`kernel[grid]` types it so), but the launch was prepared for i8"
+    assert describe_value(alias) == message.split(" = ")[1].removesuffix(" has type " + message.split()[-1])
