@@ -114,9 +114,7 @@ def _conversion(name: str, t: T.ScalarType) -> str:
     python = {T.i32: "int", T.f32: "float", T.bool_: "bool"}.get(t)
     if python is not None:
         return f"`{python}({name})` or `{name}.item()`"
-    cls = T.numpy_dtype(t).type
-    module = "np" if cls.__module__ == "numpy" else cls.__module__
-    return f"`{module}.{cls.__name__}({name})`"
+    return f"`{_scalar_class(t)}({name})`"
 
 
 def _spelling(t: T.ScalarType) -> str:
@@ -129,9 +127,13 @@ def _spelling(t: T.ScalarType) -> str:
         return "a Python float or an np.float32"
     if t == T.bool_:
         return "a Python or NumPy bool"
+    return f"an {_scalar_class(t)}"  # (np. and ml_dtypes. both read with a vowel)
+
+
+def _scalar_class(t: T.ScalarType) -> str:
+    """The NumPy or ml_dtypes scalar class of ``t`` as the help spells it (``np.int8``, ``ml_dtypes.bfloat16``)."""
     cls = T.numpy_dtype(t).type
-    module = "np" if cls.__module__ == "numpy" else cls.__module__
-    return f"an {module}.{cls.__name__}"  # (np. and ml_dtypes. both read with a vowel)
+    return f"{'np' if cls.__module__ == 'numpy' else cls.__module__}.{cls.__name__}"
 
 
 __all__ = ["PREPARED_SCALAR_TYPE", "constexpr_check", "typed_scalar_writer"]

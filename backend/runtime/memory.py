@@ -87,7 +87,7 @@ class DeviceBuffer:
         if not out.flags.c_contiguous or not out.flags.writeable or out.nbytes > self.nbytes:
             raise LaunchError(ARG_SHAPE, "copy_to_host needs a writable C-contiguous array of at most "
                               f"{self.nbytes} bytes")
-        if out.dtype.isnative or out.dtype.itemsize == 1 or out.dtype.names is not None:
+        if not _byte_swapped(out.dtype):
             copy_device_to_host(self.ptr, out, stream, self.device)
         else:
             native = np.empty(out.shape, out.dtype.newbyteorder("="))
@@ -152,11 +152,15 @@ class DeviceBuffer:
                f"dtype={self.dtype}, shape={self.shape})"
 
 
+def _byte_swapped(dtype: np.dtype) -> bool:
+    """Whether ``dtype``'s values are stored in the other byte order than the machine's (a plain
+    multi-byte dtype; structured ones are copied as they are)."""
+    return not (dtype.isnative or dtype.itemsize == 1 or dtype.names is not None)
+
+
 def _native(array: np.ndarray) -> np.ndarray:
     """``array`` itself where it is in the machine's byte order, else a copy converted to it."""
-    if array.dtype.isnative or array.dtype.itemsize == 1 or array.dtype.names is not None:
-        return array
-    return array.astype(array.dtype.newbyteorder("="))
+    return array.astype(array.dtype.newbyteorder("=")) if _byte_swapped(array.dtype) else array
 
 
 def copy_host_to_device(ptr: int, array: np.ndarray, stream: Any = None, device: int | None = None) -> None:

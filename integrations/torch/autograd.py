@@ -62,7 +62,7 @@ from torch.autograd.forward_ad import _set_fwd_grad_enabled
 
 from ..errors import SP_FROZEN_WEIGHT, IntegrationError
 from .refused_grad import Refusal, refused_like, traced_backward
-from .saved_inputs import Like, save_inputs, saved_inputs
+from .saved_inputs import save_inputs, saved_inputs, shapes_only
 from .weight import NAME_OF, host_dense
 from .weight_versions import check_unwritten, weight_versions
 
@@ -291,7 +291,7 @@ class LayerWithInputGrad(torch.autograd.Function):
         ctx.versions = weight_versions(ctx.weight)
         if ctx.activation is None:  # dx = dy @ W, d bias = Σ dy: neither x's nor the bias's values (as nn.Linear's
             # with a frozen weight: x and the bias may be written in place after the call, x is not kept alive)
-            ctx.like = tuple(None if t is None else Like(t.shape, t.dtype) for t in (x, bias))
+            ctx.like = shapes_only(x, bias)
             ctx.save_for_backward()
         else:  # (the pre-activations are computed again from x and the bias)
             ctx.save_for_backward(x, bias)

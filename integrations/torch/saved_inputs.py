@@ -20,6 +20,12 @@ class Like(NamedTuple):
     dtype: torch.dtype
 
 
+def shapes_only(*tensors: torch.Tensor | None) -> tuple[Like | None, ...]:
+    """Each of ``tensors`` as its :class:`Like` (None stays None): what a backward without an
+    activation keeps of x and the bias."""
+    return tuple(None if t is None else Like(t.shape, t.dtype) for t in tensors)
+
+
 def save_inputs(ctx: Any, activation: str | None, x: torch.Tensor, bias: torch.Tensor | None,
                 weight: tuple[torch.Tensor | None, ...], scale_x: torch.Tensor | None) -> None:
     """Save what the op's backward needs: the weight (values, meta, scale_w; torch then refuses it
@@ -32,7 +38,7 @@ def save_inputs(ctx: Any, activation: str | None, x: torch.Tensor, bias: torch.T
     ``ctx.x_dtype``: x's dtype, which the backward's refusals read before the saved tensors."""
     ctx.activation, ctx.x_dtype = activation, x.dtype
     if activation is None:
-        ctx.like = tuple(None if t is None else Like(t.shape, t.dtype) for t in (x, bias))
+        ctx.like = shapes_only(x, bias)
         ctx.save_for_backward(*weight)
     else:
         ctx.like = None
