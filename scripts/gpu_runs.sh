@@ -3,7 +3,8 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
-#   bash scripts/gpu_runs.sh a62              # next: torch55c's torch GPU files, then on an H200 issue 12's rows in one pass
+#   bash scripts/gpu_runs.sh a63              # next: on an H200 issue 12's T <= 16 rows in three passes (rows61), then a62's GPU files
+#   bash scripts/gpu_runs.sh a62              # torch55c's torch GPU files, then on an H200 issue 12's rows in one pass
 #   bash scripts/gpu_runs.sh rows61           # on an H200 only: issue 12's T <= 16 rows (its acceptance)
 #   bash scripts/gpu_runs.sh a61              # (ran at 8f26de0 on an H100: 342 passed) a60 plus the fifty-fifth session's GPU files, then on an H200 issue 12's rows
 #   bash scripts/gpu_runs.sh a60              # the GPU files not run in the fifty-fourth session, then on an H200 issue 12's rows
@@ -486,6 +487,18 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
     run 340 python benchmarks/bench_llama.py --layers 32 --modes graph \
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
+    ;;
+a63)  # the fifty-sixth session's first call: on an H200 issue 12's acceptance (rows61's three passes) first, then a62's
+     # GPU files (torch55c's op changes, tidy55's transposable pruning kernel, prepared scalar types)
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        run 300 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+            --passes 3 --json "$out/linear-passes-63.json"
+    fi
+    run 220 python -m pytest -q -m gpu -n 8 --timeout 150 -rfEs --dist worksteal --junitxml="$out/junit-a63.xml" \
+        tests/gpu/test_torch_autograd_gpu.py tests/gpu/test_torch_linear_gpu.py tests/gpu/test_torch_input_scale_gpu.py \
+        tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_training_gpu.py tests/gpu/test_torch_graph_owners_gpu.py \
+        tests/gpu/test_torch_graph_scratch_gpu.py tests/gpu/test_torch_warm_up_gpu.py tests/gpu/test_capture_threads_gpu.py \
+        tests/stdlib/test_sparsity_gpu.py tests/stdlib/test_cupy_devices.py tests/gpu/test_prepared_scalar_types_gpu.py
     ;;
 a62)  # torch55c on the GPU (the op casts a float32 x inside, saves only shapes without an activation, checks
      # bias / scales at trace time; export traces e4m3 as one op) with the torch files that call the op; then on an
