@@ -11,6 +11,7 @@ of an incomplete ahead-of-time signature is made in driver/signature_help.py.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +37,7 @@ from ..frontend.sema.captures import (
 )
 from ..frontend.sema.core import Sema
 from ..frontend.sema.emitter import describe
-from ..frontend.sema.jit_globals import computed_default, default_diagnostic
+from ..frontend.sema.jit_globals import default_as_argument, default_diagnostic
 from ..frontend.sema.specialize import (
     ParamInfo,
     bind_arguments,
@@ -109,6 +110,19 @@ class Kernel:
     def __repr__(self) -> str:
         return f"<sparsile kernel {self.name}>"
 
+    @property
+    def fn(self) -> Callable[..., Any] | None:
+        """The Python function a ``@jit`` kernel was made from (its ``__defaults__`` are the
+        kernel's parameter defaults); None for a ``.spk`` kernel."""
+        return self.globals.function if isinstance(self.globals, PythonGlobals) else None
+
+    @property
+    def __signature__(self) -> inspect.Signature | None:
+        """``inspect.signature(kernel)``: the ``@jit`` function's, with the defaults Python evaluated
+        (the values a launch that leaves them out takes); None (inspect's own reading) for a ``.spk`` kernel."""
+        fn = self.fn
+        return None if fn is None else inspect.signature(fn)
+
     # -------------------------------------------------------------------------- parameters
     @property
     def params(self) -> list[ParamInfo]:
@@ -160,12 +174,12 @@ class Kernel:
             default, has_default = None, p.default is not None
             if has_default:
                 assert p.default is not None
-                dv = python_default(self.globals, p.name)  # a nested function's default: Python's value
+                dv = python_default(self.globals, p.name)  # a @jit function's default: Python's value
                 try:
-                    if dv is MISSING:
+                    if dv is MISSING:  # a .spk kernel's: the language's
                         dv = sema.evaluate(p.default)
-                    else:  # `np.int8(100)` computed there: typed, as sema's evaluation of the call
-                        dv = computed_default(python_default_value(self.globals, p.name), p.default, dv)
+                    else:  # typed as the same value given at a launch (`np.int8(100)`: the i8 constant)
+                        dv = default_as_argument(python_default_value(self.globals, p.name), p.default, dv)
                 except CompileError as e:
                     errors.extend(in_a_default(e.diagnostics, p.name))
                     continue

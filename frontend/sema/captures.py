@@ -180,6 +180,8 @@ def _describe(where: tuple[Any, ...]) -> str:
         return f"the default of parameter `{where[2]}` of `{where[1]}`"
     if kind == "defaults":
         return f"the parameter defaults of `{where[1]}`"
+    if kind == "kwdefaults":
+        return f"the keyword-only parameter defaults of `{where[1]}`"
     if kind == "annotation":
         return f"the annotation of parameter `{where[2]}` of `{where[1]}`"
     return f"attribute `{where[2]}` of {where[1][0]} {where[1][1]}"
@@ -254,7 +256,7 @@ class PythonGlobals:
         self._function = f
         self.nested = "." in self.where
         """Whether the function is defined in another function or a class body: Python evaluated its
-        parameter defaults and annotations there, in a scope no kernel can read again (:meth:`python_default`)."""
+        parameter annotations there, in a scope no kernel can read again (:meth:`python_annotation`)."""
         self._annotation_names: AnnotationNames | None = None
         if self.nested and keeps_annotations_as_text(f) and any(k != "return" for k in _python_annotations(f)):
             # the enclosing scopes are read now, with the kernel's source (annotation_scope.py)
@@ -267,11 +269,9 @@ class PythonGlobals:
 
     def python_default(self, name: str) -> Any:
         """The default of parameter ``name`` as Python evaluated it when the ``def`` ran, wrapped
-        (and recorded as a read, which a changed ``__defaults__`` invalidates), for a nested
-        function; MISSING for a module-level one, whose defaults sema evaluates in the module at
-        each compile (docs/language.md, "What a kernel captures"), or when it has none."""
-        if not self.nested:
-            return MISSING
+        (and recorded as a read, which a changed ``__defaults__`` / ``__kwdefaults__``
+        invalidates), module level or nested: what ``inspect.signature`` shows and a Python call
+        passes (docs/language.md, "What a kernel captures"); MISSING when it has none."""
         f = self._function
         value = _python_defaults(f).get(name, MISSING)
         if value is MISSING:
@@ -283,6 +283,9 @@ class PythonGlobals:
             if kwdefaults is not None and name in kwdefaults:
                 _note(("default", id(f), name), lambda: _Read(functools.partial(kwdefaults.get, name, MISSING),
                                                               ("default", self.where, name), value, kwdefaults))
+                # and the dict itself, by identity: `f.__kwdefaults__ = {...}` replaces it
+                _note(("kwdefaults", id(f)), lambda: _Read(functools.partial(getattr, f, "__kwdefaults__"),
+                                                           ("kwdefaults", self.where, ""), kwdefaults))
             else:
                 _note(("defaults", id(f)), lambda: _Read(functools.partial(getattr, f, "__defaults__"),
                                                          ("defaults", self.where, ""), f.__defaults__))
@@ -346,9 +349,9 @@ def python_default(resolver: Any, name: str) -> Any:
 
 
 def python_default_value(resolver: Any, name: str) -> Any:
-    """The default of parameter ``name`` of a nested ``@jit`` function as Python evaluated it,
-    unwrapped and not recorded (:func:`python_default` records the read); MISSING otherwise."""
-    if not isinstance(resolver, PythonGlobals) or not resolver.nested:
+    """The default of parameter ``name`` of a ``@jit`` function as Python evaluated it, unwrapped
+    and not recorded (:func:`python_default` records the read); MISSING otherwise."""
+    if not isinstance(resolver, PythonGlobals):
         return MISSING
     return _python_defaults(resolver.function).get(name, MISSING)
 

@@ -27,7 +27,7 @@ from .call_help import in_a_default
 from .captures import MISSING, annotation_resolver, python_annotation, python_default, python_default_value
 from .control import ControlFlowMixin
 from .expr import ExprMixin
-from .jit_globals import computed_default
+from .jit_globals import default_as_argument
 from .scope import ReturnSignal, Scope, assigned_names, ends_in_return
 from .type_ctors import annotation_help
 from .values import POISON, Arg, AssignedLater, Const, HelperFunction, PoisonError, UnreadableAnnotation
@@ -443,9 +443,9 @@ class Sema(ExprMixin, ControlFlowMixin):
                     if p.default is None:
                         raise self.error("SP0321", f"`{node.name}` is missing the argument `{p.name}`", span,
                                          help=f"signature: {_helper_signature(node)}")
-                    default = python_default(helper.globals, p.name)  # a nested @jit function's: Python's
+                    default = python_default(helper.globals, p.name)  # a @jit function's: Python's
                     bound[p.name] = self._default_value(p) if default is MISSING else \
-                        computed_default(python_default_value(helper.globals, p.name), p.default, default)
+                        default_as_argument(python_default_value(helper.globals, p.name), p.default, default)
                 if p.annotation is not None:
                     ann = python_annotation(helper.globals, p.name)  # a nested @jit function's: Python's
                     ann = self._annotation_value(p.annotation) if ann is MISSING else getattr(ann, "value", None)

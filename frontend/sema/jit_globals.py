@@ -10,7 +10,6 @@ from __future__ import annotations
 import types as pytypes
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from ..diagnostics import CompileError, Diagnostic
@@ -93,38 +92,28 @@ def numpy_without_type_diagnostic(name: str, span: Span) -> Diagnostic:
     return Diagnostic("SP0302", f"NumPy's `{name}` has no type in the language", span, help=NUMPY_SCALARS_HELP)
 
 
-def computed_default(value: Any, node: A.Expr, wrapped: Any) -> Any:
-    """A nested kernel's default as a module-level kernel's is: Python's ``value`` (``wrapped``, as
-    a captured value is) when the default's source ``node`` reads it (``a=v``, ``a=cfg.X``: a
-    NumPy scalar is Python's number then, as a module global is), but the typed constant of a NumPy
-    scalar that the source computes by calling a NumPy scalar type (``a=np.int8(100)``,
-    ``a=np.int8(5) + 1``: the ``i8`` constant, as sema's evaluation of that call is at module level),
-    element by element in a tuple or list. Another call (``a=max(A, 1)``, A a global ``np.int8``) is
-    Python's number, as at module level, where the global it reads is. A computed NumPy
-    scalar of a type the language has none for is SP0302 at the default, as the call is."""
-    if isinstance(value, tuple | list) and isinstance(node, A.Tuple | A.List) and isinstance(wrapped, tuple) \
-            and len(value) == len(node.elts) == len(wrapped):
-        return tuple(computed_default(v, n, w) for v, n, w in zip(value, node.elts, wrapped, strict=True))
-    if not isinstance(value, np.generic) or not any(_constructs_numpy_scalar(n) for n in A.walk(node)):
+def default_as_argument(value: Any, node: A.Expr, wrapped: Any) -> Any:
+    """The sema value of a ``@jit`` function's parameter default: Python's ``value`` (what the ``def``
+    evaluated, ``f.__defaults__`` / ``f.__kwdefaults__``, module level or nested alike; ``wrapped``
+    is it as a captured value is), typed as the same value given at a launch is
+    (docs/language.md, "What a kernel captures"): a NumPy (or ml_dtypes) scalar is the typed
+    constant of its type (``np.int8(5) % -3`` is NumPy's ``int8(-1)``, ``max(A, 1)`` of a global
+    ``A = np.int8(100)`` the ``i8`` constant 100), ``np.True_`` is Python's ``True`` (a flag), and a
+    tuple or list goes element by element (``node``'s elements give their spans when the source is
+    a tuple or list display of the same length). A NumPy scalar of a type the language has none
+    for is SP0302 at ``node``, as the call ``np.complex64(3)`` in a kernel is."""
+    if isinstance(value, tuple | list) and isinstance(wrapped, tuple) and len(value) == len(wrapped):
+        displayed = isinstance(node, A.Tuple | A.List) and len(node.elts) == len(value)
+        nodes = node.elts if displayed else [node] * len(value)  # type: ignore[union-attr]
+        return tuple(default_as_argument(v, n, w) for v, n, w in zip(value, nodes, wrapped, strict=True))
+    if isinstance(value, np.bool_):
+        return Const(bool(value))
+    if not isinstance(value, np.generic):
         return wrapped
     typed = numpy_scalar_constant(value)
     if typed is not None:
         return typed
     raise CompileError([numpy_without_type_diagnostic(type(value).__name__, node.span)])
-
-
-def _constructs_numpy_scalar(node: A.Node) -> bool:
-    """Whether ``node`` calls a NumPy (or ml_dtypes) scalar type by its name (``np.int8(...)``,
-    ``int8(...)``, ``ml_dtypes.bfloat16(...)``): the calls sema evaluates to a typed constant at
-    module level."""
-    if not isinstance(node, A.Call):
-        return False
-    func = node.func
-    name = func.attr if isinstance(func, A.Attribute) else func.id if isinstance(func, A.Name) else None
-    if name is None:
-        return False
-    scalar = getattr(np, name, None) or getattr(ml_dtypes, name, None)
-    return isinstance(scalar, type) and issubclass(scalar, np.generic)
 
 
 def default_diagnostic(param: str, constexpr: bool, value: Any, span: Span) -> Diagnostic | None:

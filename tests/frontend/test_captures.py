@@ -98,11 +98,20 @@ def test_an_equal_value_in_a_new_object_keeps_the_cached_ir(monkeypatch) -> None
     assert scaled.ir_for(bindings, key) is not first
 
 
-def test_a_parameter_default_read_from_a_global_is_recomputed(monkeypatch) -> None:
+def test_a_parameter_default_is_the_value_python_gave_it(monkeypatch) -> None:
+    # `BLOCK=DEFAULT_BLOCK` is evaluated once, when the `def` runs, as Python's call would take it:
+    # rebinding the global leaves the default (it was evaluated again in the module at each
+    # compile: BLOCK became 32); assigning the function's `__defaults__` changes it
     out = np.full(32, np.nan, np.float32)
     default_from_global.interpret[(1,)](out)
     assert np.all(out[:16] == 1.0) and np.all(np.isnan(out[16:]))
     monkeypatch.setattr(THIS, "DEFAULT_BLOCK", 32)
+    out[:] = np.nan
+    default_from_global.interpret[(1,)](out)
+    assert np.all(out[:16] == 1.0) and np.all(np.isnan(out[16:]))
+    fn = default_from_global.fn
+    assert fn is not None
+    monkeypatch.setattr(fn, "__defaults__", (32,))
     out[:] = np.nan
     default_from_global.interpret[(1,)](out)
     assert np.all(out == 1.0)
@@ -345,3 +354,36 @@ def test_a_global_read_from_the_environment_gives_new_ptx_in_a_new_process(tmp_p
     assert "hits 0 misses 1" in seven and "0f40E00000" in seven and "0f40400000" not in seven  # 7.0
     again = _child(script, "3.0", cache_dir)
     assert "hits 1 misses 0" in again and "0f40400000" in again
+
+
+DEFAULT_SCRIPT = '''
+import os
+import sparsile as sp
+from sparsile.driver import cache
+
+@sp.jit
+def scaled(x: sp.ptr[sp.f32], out: sp.ptr[sp.f32], n: sp.i32, S: sp.constexpr = 3.0, BLOCK: sp.constexpr = 16):
+    offs = sp.arange(0, BLOCK)
+    sp.store(out + offs, sp.load(x + offs, mask=offs < n) * S, mask=offs < n)
+
+if os.environ["H1_SCALE"] != "3.0":
+    scaled.fn.__defaults__ = (float(os.environ["H1_SCALE"]), 16)
+ptx = scaled.compile(target="sm_90a", stop_after="ptx").ptx
+stats = cache.default_cache().stats
+print("hits", stats.disk_hits, "misses", stats.misses)
+print([w for w in ptx.split() if w.startswith("0f")])
+'''
+
+
+def test_a_default_changed_through_defaults_gives_new_ptx_in_a_new_process(tmp_path) -> None:
+    # the source text is the same in each process: the disk key holds the default Python gave
+    # (`__defaults__`), which the compile takes (it took the source's `3.0` at module level)
+    script = tmp_path / "default_kernel.py"
+    script.write_text(textwrap.dedent(DEFAULT_SCRIPT))
+    cache_dir = tmp_path / "cache"
+    three = _child(script, "3.0", cache_dir)
+    seven = _child(script, "7.0", cache_dir)
+    assert "hits 0 misses 1" in three and "0f40400000" in three  # 3.0
+    assert "hits 0 misses 1" in seven and "0f40E00000" in seven and "0f40400000" not in seven  # 7.0
+    again = _child(script, "7.0", cache_dir)
+    assert "hits 1 misses 0" in again and "0f40E00000" in again

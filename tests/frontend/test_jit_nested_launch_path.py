@@ -5,6 +5,7 @@ module global's (no Python-level call), they still notice a changed value, and a
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -97,6 +98,30 @@ def test_a_changed_python_default_or_annotation_recompiles(tmp_path) -> None:
     with pytest.raises(sp.LaunchError) as info:
         kernel.interpret[(1,)](x, np.full(16, np.nan, np.float32), 16, 1.5)
     assert info.value.code == "SP0703"
+
+
+def test_a_changed_python_default_of_a_module_level_kernel_recompiles(tmp_path) -> None:
+    # A module-level kernel's default is Python's value too (what `inspect.signature` shows): it was
+    # the source's expression evaluated again in the module at each compile, blind to `__defaults__`
+    module = import_source(NESTED, tmp_path, "module_launch_path")
+    kernel, function = module.top, module.top.fn
+    assert function is not None
+    assert [(p.name, p.default) for p in inspect.signature(kernel).parameters.values()][-2:] == [("BLOCK", 8),
+                                                                                                 ("ADD", 1.0)]
+    x, out = _run(kernel)
+    _expect(x, out, 8, 1.0)
+    function.__defaults__ = (16,)                        # BLOCK: the tuple replaced
+    assert inspect.signature(kernel).parameters["BLOCK"].default == 16
+    x, out = _run(kernel)
+    _expect(x, out, 16, 1.0)
+    function.__kwdefaults__["ADD"] = 3.0                 # ADD: the dict changed in place
+    x, out = _run(kernel)
+    _expect(x, out, 16, 3.0)
+    function.__kwdefaults__ = {"ADD": -2.5}              # ADD: the dict replaced
+    x, out = _run(kernel)
+    _expect(x, out, 16, -2.5)
+    x, out = _run(kernel, ADD=0.5)                       # an argument still overrides it
+    _expect(x, out, 16, 0.5)
 
 
 INVALID = '''

@@ -1,14 +1,13 @@
-"""A ``@jit`` kernel's default that computes a NumPy scalar (``a: constexpr = np.int8(100)``)
-is the typed constant of its NumPy type wherever the ``def`` is, and one that reads a NumPy scalar
-(``a=A``, ``a=v``) is Python's number wherever it is.
+"""A ``@jit`` kernel's default that is a NumPy scalar, computed (``a: constexpr = np.int8(100)``)
+or read (``a=A``, ``a=v``), is the typed constant of its NumPy type wherever the ``def`` is: the
+default is Python's value, typed as the same value given at a launch (docs/language.md).
 
-A module-level kernel's defaults are evaluated by sema: the call ``np.int8(100)`` is the ``i8``
-constant (``a * a + a`` wraps in ``i8``), a global ``A = np.int8(100)`` is Python's number 100, as
-every captured NumPy scalar is (and a NumPy scalar given at a launch). A kernel defined in a
-function or class body takes Python's values of its defaults (that scope is gone when it compiles),
-and those were all taken as Python's numbers: ``np.int8(100)`` gave ``a * a + a`` = 10100, not 116,
-and ``np.float16(1.1)`` computed in ``f32``. The same source gave other types and numbers depending
-on where it was defined.
+History: a module-level kernel's defaults were evaluated by sema (the call ``np.int8(100)`` the
+``i8`` constant, a global ``A = np.int8(100)`` Python's number 100, as a NumPy scalar captured in
+the body still is), and a kernel defined in a function or class body took Python's values as
+Python's numbers (``np.int8(100)`` gave ``a * a + a`` = 10100, not 116). The same source gave other
+types and numbers depending on where it was defined; now both take Python's value
+(``k.fn.__defaults__``) and type it as a launch argument.
 """
 
 from __future__ import annotations
@@ -149,21 +148,30 @@ def test_a_computed_numpy_scalar_default_is_typed_as_at_module_level(tmp_path, v
 
 
 @pytest.mark.parametrize("value", NUMBERS)
-def test_a_read_numpy_scalar_is_pythons_number_alike(tmp_path, value: str) -> None:
-    # `a=A` (a module global) and `a=v` (a closure variable of the factory): Python's number in both,
-    # as a NumPy scalar captured in the body is (`A * A + A` in k_global), module level or nested
+def test_a_default_that_reads_a_numpy_scalar_is_typed_as_at_a_launch(tmp_path, value: str) -> None:
+    # `a=A` (a module global) and `a=v` (a closure variable of the factory): the default is Python's
+    # value, the NumPy scalar, typed as the same scalar given at a launch (`k(x, out, a=A)`). It was
+    # Python's (untyped) number, as a NumPy scalar captured in the body still is (`A * A + A` in
+    # k_global), module level or nested
     module = import_source(SOURCE.format(value=value), tmp_path, "np_read")
     x = np.random.default_rng(54).uniform(-4.0, 4.0, 8).astype(np.float32)
     nested_named, nested_global = module.make_closure(module.A)
-    for at_module, nested in ((module.k_named, nested_named), (module.k_global, nested_global)):
-        found = _outcome(at_module, x)
-        assert _outcome(nested, x) == found
-        if found[0] == "ok":  # the untyped number: Python's arithmetic, then f32 (or a double add)
-            a = module.A.item()
-            c = float(a * a + a)
-            out = np.frombuffer(found[2], np.float32)
-            ref = x.astype(np.float64) + c
-            assert np.all(np.abs(out - ref) <= 2 * np.finfo(np.float32).eps * (np.abs(x) + abs(c))), (out, ref)
+    c = _reference(module.A)
+    ref = x.astype(np.float64) + c
+    for kernel in (module.k_named, nested_named):
+        out = np.full(8, np.nan, np.float32)
+        kernel.interpret[(1,)](x, out)
+        assert np.all(np.abs(out - ref) <= 2 * np.finfo(np.float32).eps * (np.abs(x) + abs(c))), (out, ref)
+        given = print_function(kernel.ir(x, np.empty(8, np.float32), a=module.A))
+        assert print_function(kernel.ir(x, np.empty(8, np.float32))) == given
+    found = _outcome(module.k_global, x)
+    assert _outcome(nested_global, x) == found
+    if found[0] == "ok":  # the body's capture: the untyped number, Python's arithmetic, then f32 (or a double add)
+        a = module.A.item()
+        c = float(a * a + a)
+        out = np.frombuffer(found[2], np.float32)
+        ref = x.astype(np.float64) + c
+        assert np.all(np.abs(out - ref) <= 2 * np.finfo(np.float32).eps * (np.abs(x) + abs(c))), (out, ref)
 
 
 def _diagnostic(kernel, x: np.ndarray) -> tuple[str, str, str]:
@@ -202,7 +210,13 @@ def test_a_refused_numpy_scalar_default_is_refused_alike(tmp_path, value: str) -
         name = value.split("(")[0].removeprefix("np.")
         assert found["module"] == ("SP0302", f"NumPy's `{name}` has no type in the language", value)
     nested_named = module.make_closure(module.A)[0]
-    assert _outcome(nested_named, x) == _outcome(module.k_named, x)  # read: Python's value in both
+    # read (`a=A`, `a=v`): Python's value in both, refused as the computed one, at the name read
+    computed, found = found["module"], {"module": _outcome(module.k_named, x), "nested": _outcome(nested_named, x)}
+    if value.startswith("np.bool_"):  # the flag True, used as a number at the parameter's use
+        assert found["nested"] == found["module"] == ("error", *computed), found
+    else:
+        assert found == {"module": ("error", "SP0302", f"NumPy's `{name}` has no type in the language", "A"),
+                         "nested": ("error", "SP0302", f"NumPy's `{name}` has no type in the language", "v")}
 
 HELPER_SOURCE = '''
 import ml_dtypes
