@@ -21,7 +21,7 @@ from ..ir.core import Builder, Operation, Value
 from ..spans import Span
 from .call_help import library_of, python_method
 from .constant_kinds import check_number_use, wrong_constant_help
-from .type_ctors import TypeCtor
+from .type_ctors import TypeCtor, python_builtin_dtype
 from .values import (
     POISON,
     Arg,
@@ -155,6 +155,9 @@ class Emitter:
             return v.value
         if isinstance(v, Const) and isinstance(v.value, str) and T.scalar_type(v.value):
             return T.scalar_type(v.value)  # type: ignore[return-value]
+        builtin = python_builtin_dtype(v)  # Python's `float`: f64, as NumPy reads it (and `DT=float`)
+        if builtin is not None:
+            return builtin
         self.error("SP0302", f"{what} must be a scalar type such as `f32`, found {_describe(v)}", arg.span)
 
     def value(self, arg: Arg, like: T.Type | None = None, what: str = "operand") -> Value:

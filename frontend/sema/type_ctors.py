@@ -22,6 +22,7 @@ class TypeCtor:
 
     def apply(self, params: tuple[object, ...]) -> T.Type | str:
         """The type, or an error message."""
+        params = tuple(_numpy_scalar(p) for p in params)
         if self.name == "ptr":
             if len(params) != 1 or not isinstance(params[0], T.ScalarType):
                 return "`ptr[...]` takes one scalar element type, e.g. `ptr[f32]`"
@@ -58,11 +59,33 @@ class InvalidAnnotation:
         return self.message
 
 
+PYTHON_DTYPES: dict[type, T.ScalarType] = {float: T.f64, int: T.i64, bool: T.bool_}
+"""Python's builtin types as dtypes, as NumPy reads them (``np.dtype(float)`` is float64): the same
+types as a ``constexpr`` (docs/language.md, "Parameter types")."""
+
+
+def python_builtin_dtype(p: object) -> T.ScalarType | None:
+    """The dtype Python's builtin ``float`` / ``int`` / ``bool`` stands for where a dtype is taken
+    (``x.to(float)``, ``zeros(shape, float)``, ``ptr[float]``): ``f64`` / ``i64`` / ``bool``, as
+    NumPy reads them and as the ``constexpr`` ``DT=float`` is. ``p`` is the Python type itself (a
+    nested function's annotation Python evaluated) or a kernel's name for it; None otherwise."""
+    from .consts import PyBuiltin  # (consts imports the emitter, which imports this module)
+
+    if isinstance(p, Const):
+        p = p.value
+    if isinstance(p, PyBuiltin):
+        return {"float": T.f64, "int": T.i64, "bool": T.bool_}.get(p.name)
+    return PYTHON_DTYPES.get(p) if isinstance(p, type) else None
+
+
 def _numpy_scalar(p: object) -> object:
     """``p``, or the scalar type a NumPy dtype or scalar type (``np.uint32``, ``ml_dtypes.bfloat16``)
-    stands for."""
+    or Python's builtin ``float`` / ``int`` / ``bool`` (:func:`python_builtin_dtype`) stands for."""
     if isinstance(p, T.Type | int | str) or p is None:
         return p
+    builtin = python_builtin_dtype(p)
+    if builtin is not None:
+        return builtin
     try:
         import numpy as np
 

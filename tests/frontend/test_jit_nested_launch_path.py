@@ -136,7 +136,7 @@ import sparsile as sp
 
 @pytest.mark.parametrize("annotation, message", [
     ("sp.ptr[sp.f32, 2]", "`ptr[...]` takes one scalar element type, e.g. `ptr[f32]`"),
-    ("sp.ptr[int]", "`ptr[...]` takes one scalar element type, e.g. `ptr[f32]`"),
+    ("sp.ptr[str]", "`ptr[...]` takes one scalar element type, e.g. `ptr[f32]`"),  # (`ptr[int]` is `ptr[i64]`)
     ("sp.tensor[sp.f16, 9]", "a tensor's rank must be 1 to 5 (the TMA limit), found 9"),
     ("sp.tensor[sp.f16, 2.0]", "`tensor[...]` takes an element type and a rank, e.g. `tensor[f16, 2]`"),
 ])
