@@ -37,7 +37,7 @@ from ..frontend.sema.captures import (
 )
 from ..frontend.sema.core import Sema
 from ..frontend.sema.emitter import describe
-from ..frontend.sema.jit_globals import default_as_argument, default_diagnostic
+from ..frontend.sema.jit_globals import default_as_argument, default_diagnostic, is_run_time_scalar
 from ..frontend.sema.specialize import (
     ParamInfo,
     bind_arguments,
@@ -175,13 +175,18 @@ class Kernel:
             if has_default:
                 assert p.default is not None
                 dv = python_default(self.globals, p.name)  # a @jit function's default: Python's value
+                raw = MISSING
                 try:
                     if dv is MISSING:  # a .spk kernel's: the language's
                         dv = sema.evaluate(p.default)
                     else:  # typed as the same value given at a launch (`np.int8(100)`: the i8 constant)
-                        dv = default_as_argument(python_default_value(self.globals, p.name), p.default, dv)
+                        raw = python_default_value(self.globals, p.name)
+                        dv = default_as_argument(raw, p.default, dv)
                 except CompileError as e:
                     errors.extend(in_a_default(e.diagnostics, p.name))
+                    continue
+                if ann is not T.CONSTEXPR and is_run_time_scalar(raw):  # the value itself, as a launch's
+                    out.append(ParamInfo(p.name, ann, raw, True))
                     continue
                 refused = default_diagnostic(p.name, ann is T.CONSTEXPR, dv, p.default.span)
                 if refused is not None:

@@ -116,11 +116,19 @@ def default_as_argument(value: Any, node: A.Expr, wrapped: Any) -> Any:
     raise CompileError([numpy_without_type_diagnostic(type(value).__name__, node.span)])
 
 
+def is_run_time_scalar(value: Any) -> bool:
+    """Whether a run-time (not ``constexpr``) parameter takes Python's default ``value`` itself, as
+    it takes the same value given at a launch: a NumPy or ml_dtypes scalar (of a type the language
+    has: :func:`default_as_argument` refused the others), which the launch types
+    (``np.float16(1.5)`` an ``f16`` scalar, or the annotation's type)."""
+    return isinstance(value, np.generic)
+
+
 def default_diagnostic(param: str, constexpr: bool, value: Any, span: Span) -> Diagnostic | None:
-    """What refuses a kernel parameter's default, the sema value ``value``: a typed constant
-    (``np.float16(1.5)``, ``sp.f16(1.5)``) for a run-time parameter, which takes a Python number
-    (SP0708: it failed at the launch, naming sema's ``Const``, at module level; a nested kernel took
-    Python's number). None for a default it takes."""
+    """What refuses a kernel parameter's default, the sema value ``value``: a typed constant of the
+    language (``sp.f16(1.5)``, or a ``.spk`` kernel's ``f16(1.5)``) for a run-time parameter, which
+    takes a number, as the same value given at a launch is refused (SP0708: it failed at the launch,
+    naming sema's ``Const``, at module level). None for a default it takes."""
     if not constexpr and isinstance(value, Const) and value.dtype is not None:
         return Diagnostic("SP0708", f"the default of run-time parameter `{param}` is the typed constant "
                                     f"{value.dtype}({value.value!r})", span,

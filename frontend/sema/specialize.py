@@ -192,7 +192,7 @@ def bind_arguments(kernel_name: str, params: list[ParamInfo], args: tuple[Any, .
         if p.name not in bound:
             if not p.has_default:
                 raise LaunchError("SP0701", f"`{kernel_name}` is missing the argument `{p.name}`")
-            bound[p.name] = p.default
+            bound[p.name] = _ml_float(p, p.default)  # (a NumPy scalar default: as given at the launch)
     return bound
 
 

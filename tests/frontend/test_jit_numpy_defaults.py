@@ -296,11 +296,11 @@ def make():
 '''
 
 
-@pytest.mark.parametrize(("param", "typed"), [("a=np.float16(1.5)", "f16(1.5)"), ("a: sp.f32 = np.int8(3)", "i8(3)"),
-                                              ("a=sp.u8(7)", "u8(7)")])
+@pytest.mark.parametrize(("param", "typed"), [("a=sp.u8(7)", "u8(7)"), ("a: sp.f32 = sp.f16(1.5)", "f16(1.5)")])
 def test_a_typed_default_of_a_run_time_parameter_is_refused_alike(tmp_path, param: str, typed: str) -> None:
-    # a typed constant is no run-time argument: it was SP0708 at the launch, "found Const" (sema's
-    # class) at module level, and a nested kernel took it as an untyped f32 / i32 argument
+    # a typed constant is no run-time argument (`k(x, out, sp.u8(7))` is SP0708 too): it was SP0708 at
+    # the launch, "found Const" (sema's class) at module level, and a nested kernel took it as an
+    # untyped f32 / i32 argument
     module = import_source(RUN_TIME_SOURCE.format(param=param), tmp_path, "np_run_time")
     x = np.ones(8, np.float32)
     default = param.split("=", 1)[1].strip()
@@ -311,6 +311,32 @@ def test_a_typed_default_of_a_run_time_parameter_is_refused_alike(tmp_path, para
         with pytest.raises(sp.CompileError) as info:
             kernel.interpret[(1,)](x, np.full(8, np.nan, np.float32))
         assert "sp.constexpr" in info.value.diagnostics[0].help
+
+
+@pytest.mark.parametrize(("param", "value"), [("a=np.float16(1.5)", np.float16(1.5)),
+                                              ("a: sp.f32 = np.int8(3)", np.int8(3)),
+                                              ("a=np.int8(-7) // 2", np.int8(-4)),
+                                              ("a=np.float64(0.1)", np.float64(0.1))])
+def test_a_numpy_scalar_default_of_a_run_time_parameter_is_the_launch_argument(tmp_path, param: str,
+                                                                              value: np.generic) -> None:
+    # the default is what the same scalar given at a launch is: a scalar of its own type (f16, f64,
+    # i8) or the annotation's (f32). It was SP0708 "the default of run-time parameter `a` is the
+    # typed constant f16(1.5)" (np.int8(-7) // 2 only at module level: nested, Python's number)
+    module = import_source(RUN_TIME_SOURCE.format(param=param), tmp_path, "np_run_time_scalar")
+    x = np.random.default_rng(62).uniform(-4.0, 4.0, 8).astype(np.float32)
+    for kernel in (module.k, module.make()):
+        outs, irs = [], []
+        for args in ((), (value,)):
+            out = np.full(8, np.nan, np.float32)
+            kernel.interpret[(1,)](x, out, *args)
+            outs.append(out)
+            irs.append(print_function(kernel.ir(x, out, *args)))
+        np.testing.assert_array_equal(outs[0], outs[1])
+        assert irs[0] == irs[1]
+        # f32 * f16 / i8 is f32, f32 * f64 is f64 (stored to f32), as NumPy promotes; annotated: f32
+        dtype = np.dtype(np.float32) if "sp.f32" in param else np.result_type(np.float32, value)
+        ref = (x.astype(dtype) * np.asarray(value, dtype)).astype(np.float32)
+        np.testing.assert_array_equal(outs[0], ref)
 
 
 def test_a_numpy_timedelta_argument_is_refused_with_a_diagnostic(tmp_path) -> None:
