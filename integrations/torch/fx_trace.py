@@ -8,6 +8,12 @@ custom ops"); the layer's tensors, module attributes, become ``get_attr`` nodes,
 the weight as it is when it runs. x is checked when the graph runs, as the eager call checks it
 (SP0901). Before, the proxy met the layer's eager input check: SP0901, "SparseLinear takes a
 torch.Tensor, got Proxy".
+
+A ``SemiSparseLinear`` is recorded as a leaf instead (:func:`recorded_call`): one ``call_module``
+node, which runs the eager layer when the graph runs. Its forward does more than the op: it
+compresses the master weight again where it changed since (an optimizer step), which a graph of
+``get_attr`` nodes would not do (the graph would compute with the compressions from before the
+step, without a word).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any
 
 import torch
 
+from ..errors import SP_TRAIN_LAYER, IntegrationError
 from .layer_args import check_input
 
 
@@ -52,3 +59,24 @@ def forward_fx(layer: Any, x: Any) -> Any:
         y = torch.ops.sparsile.sparse_linear.default(x2, layer.values, layer.meta,
                                                      layer.bias, activation=layer.activation, out_dtype=out)
     return y.reshape(x.shape[:-1] + (layer.out_features,))  # noqa: RUF005 (a Proxy cannot be unpacked)
+
+
+def recorded_call(layer: torch.nn.Module, x: Any) -> Any:
+    """``layer(x)`` recorded on the proxy ``x`` as one ``call_module`` node of the layer's path in the
+    traced root, as the tracer records a ``torch.nn`` leaf: the graph runs the eager layer (its checks,
+    its re-compression of a stale master weight, its autograd). SP0916 where the layer has no path, the
+    root traced itself (a ``call_module`` node cannot name the root) or a proxy of no module tracer."""
+    tracer = x.tracer
+    try:
+        path = tracer.path_of_module(layer)
+    except (AttributeError, NameError):  # (a proxy of a tracer without a root; a layer outside the root)
+        path = ""
+    if not path:
+        name = type(layer).__name__
+        raise IntegrationError(
+            SP_TRAIN_LAYER, f"torch.fx.symbolic_trace cannot record this {name}: it is recorded as a call of the "
+            f"module (a call_module node, which runs the eager layer), and it is not a submodule of the module "
+            "traced (it is the root, or outside it)",
+            help=f"trace a module that holds it: torch.fx.symbolic_trace(torch.nn.Sequential(layer)), or the "
+                 f"model the {name} is part of")
+    return tracer.create_proxy("call_module", path, (x,), {})

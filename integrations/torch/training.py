@@ -41,6 +41,7 @@ from ..errors import SP_BAD_TENSOR, SP_TRAIN_LAYER, SP_TRAIN_MASK, SP_TRAIN_SETU
 from ._kernels import OUT_DTYPES, Weight, kernel_api, run_interpreted
 from .atomic import copy_all, in_own_types, restoring_tensors, strict_key_errors, withhold_refused
 from .autograd import autograd_kernel, refuse_second_derivative
+from .fx_trace import is_fx_proxy, recorded_call
 from .layer_args import (
     F16_MAX,
     beyond_f16,
@@ -491,6 +492,8 @@ class SemiSparseLinear(nn.Module):
     # running
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if is_fx_proxy(x):  # torch.fx.symbolic_trace: a leaf, the eager layer when the graph runs (fx_trace.py)
+            return recorded_call(self, x)
         values = self.values
         check_input(x, self.in_features, values.device, "SemiSparseLinear")
         weight, mask = self.weight, self.mask  # (read once: parametrized ones are computed on each access)

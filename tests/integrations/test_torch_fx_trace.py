@@ -98,3 +98,69 @@ def test_the_traced_graph_checks_x_as_the_eager_layer(x, message):
         with pytest.raises(IntegrationError) as caught:
             run(x)
         assert caught.value.code == "SP0901" and caught.value.message == message
+
+
+def _trainable_model() -> torch.nn.Module:
+    """relu(dense(x)) into a SemiSparseLinear (float32 master weight, bf16 compute)."""
+    layer = spt.SparseLinear.from_dense(linear(48, 64, torch.float32, seed=11), "bf16", trainable=True)
+    return torch.nn.Sequential(linear(64, 64, torch.float32, seed=12), torch.nn.ReLU(), layer)
+
+
+def _check_trainable(layer, h: torch.Tensor, y: torch.Tensor) -> None:
+    """y against float64: h rounded to bf16 times the masked weight as the kernel sees it, plus bias."""
+    from sparsile.tests.integrations.training_helpers import bf16, masked_weight, within
+
+    hk, w = bf16(h).reshape(-1, 64), masked_weight(layer)
+    within(y.reshape(-1, 48), hk @ w.T + layer.bias.detach().double(), hk.abs() @ w.abs().T, 64, y.dtype)
+
+
+def test_a_trainable_layer_traces_as_a_leaf_with_the_eager_outputs_and_gradients():
+    """SemiSparseLinear under symbolic_trace: one call_module node (the eager layer when the graph runs).
+    Before: SP0901, "SemiSparseLinear takes a torch.Tensor, got Proxy"."""
+    model = _trainable_model()
+    graph = torch.fx.symbolic_trace(model)
+    calls = [node.target for node in graph.graph.nodes if node.op == "call_module"]
+    assert calls == ["0", "1", "2"] and graph.get_submodule("2") is model[2]
+    gen = torch.Generator().manual_seed(13)
+    for shape in [(3, 64), (2, 5, 64), (64,)]:
+        x = torch.randn(shape, generator=gen)
+        got, want = x.clone().requires_grad_(), x.clone().requires_grad_()
+        y = _poisoned(graph, got)
+        grads = []
+        for run, inp in ((graph, got), (model, want)):
+            model.zero_grad()
+            out = y if run is graph else run(inp)
+            out.backward(torch.ones_like(out))
+            grads.append([inp.grad, *(p.grad.clone() for p in model.parameters())])
+        assert torch.equal(y, model(x))
+        assert all(torch.equal(a, b) for a, b in zip(*grads, strict=True))
+        _check_trainable(model[2], model[1](model[0](x)).detach(), y.detach())
+
+
+def test_a_traced_trainable_layer_computes_with_the_weight_an_optimizer_step_left():
+    """The graph runs the eager layer, which compresses a master weight stepped since its last call
+    (a fused optimizer bumps no version counter: the step hooks mark it stale); a graph of the op on
+    get_attr nodes would have computed with the compressions from before the step."""
+    model = _trainable_model()
+    graph = torch.fx.symbolic_trace(model)
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(14))
+    before = graph(x).detach()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, fused=True)
+    graph(x).square().sum().backward()
+    optimizer.step()
+    y = _poisoned(graph, x).detach()
+    assert not torch.equal(y, before)
+    _check_trainable(model[2], model[1](model[0](x)).detach(), y)
+
+
+def test_a_trainable_layer_traced_as_the_root_is_refused():
+    from sparsile.integrations.errors import IntegrationError
+
+    layer = spt.SemiSparseLinear.from_dense(linear(48, 64, seed=15), "bf16")
+    with pytest.raises(IntegrationError) as caught:
+        torch.fx.symbolic_trace(layer)
+    assert caught.value.code == "SP0916" and caught.value.message == (
+        "torch.fx.symbolic_trace cannot record this SemiSparseLinear: it is recorded as a call of the module (a "
+        "call_module node, which runs the eager layer), and it is not a submodule of the module traced (it is the "
+        "root, or outside it)")
+    assert caught.value.help.startswith("trace a module that holds it: torch.fx.symbolic_trace(torch.nn.Sequential(")
