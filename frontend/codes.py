@@ -353,6 +353,7 @@ CODES: dict[str, str] = {
     "SP0922": "a gradient of a frozen sparse weight",
     "SP0923": "bad warm_up arguments",
     "SP0924": "a warm_up compile that did not finish in time",
+    "SP0925": "a sparse layer tensor parametrize cannot take",
     "SP0930": "JAX is not installed",
     "SP0931": "bad out_shapes",
     "SP0932": "an argument the call cannot pass",

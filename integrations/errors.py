@@ -72,6 +72,10 @@ target."""
 SP_WARM_UP_TIMEOUT = "SP0924"
 """A ``sparsile.torch.warm_up`` worker process that did not finish compiling a kernel within ``timeout``
 seconds: it was killed; the message names the kernel, its constexprs and target."""
+SP_PARAMETRIZE = "SP0925"
+"""``torch.nn.utils.parametrize.register_parametrization`` of a sparse layer's tensor it cannot take: a
+layer's ``values`` (``ModuleDict.values`` takes the name), a ``SemiSparseLinear``'s compressions (written in
+place by each re-compression); refused before torch changes the layer (``torch/parametrize_guard.py``)."""
 SP_FUSE_GROUPS = "SP0944"
 """``fuse_projections_(groups=...)`` that is not a sequence of tuples of two or more distinct child names."""
 

@@ -67,6 +67,7 @@ from .layer_args import (
     not_dense,
     weight_dtype_name,
 )
+from .parametrize_guard import guarded_parametrizations
 from .quantize import checked_input_scale, quantize_static, quantize_with_scale, static_inverse
 from .record_cache import RecordCache
 from .weight import WEIGHT_DTYPES, host_dense
@@ -170,6 +171,13 @@ class SparseLinear(nn.Module):
     source_classes: tuple[str, ...] | None = None
     _own_forward: bool = True  # forward is SparseLinear.forward (see __call__ and __init_subclass__)
     _activations: tuple[str | None, ...] = ACTIVATIONS  # what checked_activation admits for this class
+    parametrizations = guarded_parametrizations({"values": (
+        "the compressed values are a frozen weight: to transform them once, write them in place (with "
+        "torch.no_grad(): layer.values.copy_(P(layer.values))); to parametrize the weight, train a "
+        "SemiSparseLinear (SparseLinear.from_dense(linear, trainable=True)) and parametrize its master weight: "
+        "register_parametrization(layer, 'weight', P)")})
+    """torch.nn.utils.parametrize's ModuleDict; SP0925 before torch would break the layer at ``values``
+    (parametrize_guard.py)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype: Any = "bf16",
                  activation: str | None = None, out_dtype: torch.dtype | None = None, device: Any = None,

@@ -53,6 +53,7 @@ from .layer_args import (
 )
 from .linear import EMPTY_META_WORD, WEIGHT_DTYPES, SparseLinear
 from .optimizer_steps import AfterStep, watch_optimizer_steps
+from .parametrize_guard import guarded_parametrizations
 from .record_cache import RecordCache
 from .refused_grad import Refusal
 from .train_transforms import (
@@ -347,6 +348,11 @@ class SemiSparseLinear(nn.Module):
     """The class names (MRO) of the module it replaced where they are not ``nn.Linear``'s (a
     ``FalconLinear``, a transformers ``Conv1D``): what compressed-tensors matches a config group's
     class targets against (``layer_checkpoint.module_classes``); kept by :meth:`to_sparse_linear`."""
+
+    parametrizations = guarded_parametrizations(dict.fromkeys(_COMPRESSED, (
+        "parametrize the master weight instead: register_parametrization(layer, 'weight', P); values, meta, "
+        "values_t and meta_t are compressed from weight * mask at each refresh")))
+    """torch.nn.utils.parametrize's ModuleDict; SP0925 for the compressions (parametrize_guard.py)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, dtype: Any = "bf16",
                  mask_grad: bool = True, device: Any = None, param_dtype: torch.dtype = torch.float32):
