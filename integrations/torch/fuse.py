@@ -48,6 +48,7 @@ from ._kernels import capture_id, capturing
 from .glu import LLAMA, MLP_NAMES, PACKED, ROW_ALIGN, MLPForm, glu_of, install_glu, uninstall_glu
 from .layer_args import checked_model
 from .linear import SparseLinear, tensors_of
+from .weight_versions import note_shared_weight
 from .wording import counted
 
 LOG = logging.getLogger("sparsile.torch")
@@ -449,9 +450,11 @@ def fused_buffers(members: Sequence[SparseLinear]) -> dict[str, torch.Tensor]:
                 if getattr(members[0], name) is not None}
 
 
-def fuse_group(members: Sequence[SparseLinear], traced: bool = False) -> ProjectionGroup:
+def fuse_group(members: Sequence[SparseLinear], traced: bool = False, names: Sequence[str] = ()) -> ProjectionGroup:
     """Fuse ``members`` (checked by :func:`mismatch`): the fused layer, the members' buffers made
-    views of its buffers, the members attached."""
+    views of its buffers, the members attached. ``names``: the members' paths in the model, which the
+    backward's refusal of a weight written since the forward names (weight_versions.py: the views share
+    one version counter, so a write to one member counts for every member and the fused layer)."""
     first = members[0]
     n = sum(m.out_features for m in members)
     fused = SparseLinear(first.in_features, n, first.bias is not None, dtype=first.weight_dtype,
@@ -468,6 +471,10 @@ def fuse_group(members: Sequence[SparseLinear], traced: bool = False) -> Project
                 if whole is not None:
                     setattr(m, name, whole[start:end])  # a view; SparseLinear.__setattr__ drops its launch records
             start = end
+    if names:
+        note_shared_weight(fused, tuple(names), None)
+        for i, m in enumerate(members):
+            note_shared_weight(m, tuple(names), i)
     if traced:
         mark_static(fused)
     group = ProjectionGroup(fused, members, traced)
@@ -549,7 +556,7 @@ def _fuse_groups(model: nn.Module, groups: tuple[tuple[str, ...], ...], traced: 
             if reason is not None:
                 report.skipped[key] = reason
                 continue
-            fused = fuse_group([m for _, m in named], traced)
+            fused = fuse_group([m for _, m in named], traced, [f"{fqn + '.' if fqn else ''}{name}" for name in group])
             # (undone by release: the members run unfused again, their weights in views of the fused copy; their
             # own tensors were freed as it was made, so that fusing costs the memory of one group at a time)
             undo.append(fused.release)
@@ -592,7 +599,7 @@ def _fuse_packed(model: nn.Module, traced: bool, glu: bool, report: FuseReport,
         if reason is not None:
             report.no_glu[key] = reason
             continue
-        group = fuse_group([member], traced)
+        group = fuse_group([member], traced, [key])
         undo.append(group.release)
         _fuse_glu(parent, group, MLP_NAMES, glu, key, report, undo, PACKED)
         if group.glu is None:  # (not installed, the reason in report.no_glu: the group of one would serve nothing)

@@ -20,6 +20,17 @@ from typing import Any
 import torch
 
 _WEIGHT_NAMES = ("values", "meta", "scale_w")
+_SHARED = "_weight_shared"
+"""A layer's ``__dict__`` key: (the member paths of its ``fuse_projections_`` group, its index among them
+or None for the group's fused layer), :func:`note_shared_weight`."""
+
+
+def note_shared_weight(layer: Any, names: tuple[str, ...], index: int | None) -> None:
+    """Note that ``layer``'s weight is one with the weights of the ``fuse_projections_`` members ``names``
+    (their paths in the model): ``index`` is the layer's among them, None for the group's fused layer,
+    whose buffers the members' are row views of. Views share their base's version counter, so a write to
+    one member moves every member's counter and the fused layer's: :func:`check_unwritten` says so."""
+    layer.__dict__[_SHARED] = (names, index)
 
 
 def weight_versions(weight: tuple[torch.Tensor | None, ...]) -> tuple[int | None, ...]:
@@ -36,10 +47,29 @@ def check_unwritten(layer: Any, weight: tuple[torch.Tensor | None, ...], version
         return
     for name, t, then in zip(_WEIGHT_NAMES, weight, versions, strict=True):
         if then is not None and t._version != then:
-            owner = getattr(layer, "_user_name", None) or type(layer).__name__
             raise RuntimeError(
                 f"one of the variables needed for gradient computation has been modified by an inplace "
-                f"operation: the {owner}'s {name} [{t.dtype} {list(t.shape)}] is at version {t._version}; expected "
-                f"version {then} instead (written in place between the layer's forward and this backward, which "
-                "would compute x's gradient with the new weight). Hint: write the weight after backward() (an "
-                "optimizer step), or call the layer again after the write")
+                f"operation: {_whose(layer, name, t)} [{t.dtype} {list(t.shape)}] is at version {t._version}; "
+                f"expected version {then} instead (written in place between the layer's forward and this backward, "
+                "which would compute x's gradient with the new weight). Hint: write the weight after backward() "
+                "(an optimizer step), or call the layer again after the write")
+
+
+def _whose(layer: Any, name: str, t: torch.Tensor) -> str:
+    """The tensor ``name`` of ``layer`` in the refusal's words: "the SparseLinear's values", or, for a
+    layer of a ``fuse_projections_`` group (:func:`note_shared_weight`), the members whose weights share
+    the tensor's version counter, since a write to any of them moved it (which one cannot be told)."""
+    owner = getattr(layer, "_user_name", None) or type(layer).__name__
+    shared = layer.__dict__.get(_SHARED)
+    if shared is None:
+        return f"the {owner}'s {name}"
+    names, index = shared
+    members = ", ".join(names)
+    if index is None:  # the group's fused layer: the members' buffers are views of its own
+        return (f"the {name} of the {owner} that fuse_projections_ made of {members} (their {name} are views of "
+                f"it, so a write to any of them counts)")
+    if not t._is_view():  # (its buffer replaced since the group was made: its own counter)
+        return f"the {owner}'s {name} ({names[index]})"
+    siblings = ", ".join(n for i, n in enumerate(names) if i != index)
+    return (f"the {names[index]}'s {name}, a view of the weight fuse_projections_ fused of {members}, which share "
+            f"one version counter (written in place there or in a sibling's: {siblings})")

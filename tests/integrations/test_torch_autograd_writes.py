@@ -73,8 +73,37 @@ def test_a_fused_member_s_weight_written_between_forward_and_backward_is_refused
     x = torch.randn(2, 64, generator=torch.Generator().manual_seed(6)).to(torch.bfloat16).requires_grad_()
     y = model(x)
     _write(model[0].k_proj, "values")
-    with pytest.raises(RuntimeError, match=MODIFIED):
+    with pytest.raises(RuntimeError, match=MODIFIED) as caught:
         y.sum().backward()
+    # (the members' values are views of the fused layer's: one version counter, the group named)
+    assert ("the values of the SparseLinear that fuse_projections_ made of 0.q_proj, 0.k_proj, 0.v_proj (their "
+            "values are views of it, so a write to any of them counts) [torch.bfloat16 [192, 32]]") in str(caught.value)
+
+
+def test_a_sibling_s_refusal_names_the_group_whose_members_share_the_version_counter():
+    """Members of a released group (they run unfused, their buffers still views of the fused copy) share one
+    version counter: a write to q_proj moves k_proj's, and k_proj's backward refuses it. The message said
+    "the SparseLinear's values", the sibling's alone; it names the member and the siblings that may
+    have been written (which one was cannot be told from the counter)."""
+    from sparsile.integrations.torch.fuse import fused_group_of
+
+    class Attention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q_proj, self.k_proj, self.v_proj = (linear(64, 64, seed=s) for s in (7, 8, 9))
+
+    model = torch.nn.Sequential(Attention())
+    spt.sparsify_(model, interpret=True, min_features=0, fuse=True)
+    attention = model[0]
+    fused_group_of(attention.k_proj).release()
+    x = torch.randn(2, 64, generator=torch.Generator().manual_seed(10)).to(torch.bfloat16).requires_grad_()
+    y = attention.k_proj(x)
+    _write(attention.q_proj, "values")
+    with pytest.raises(RuntimeError, match=MODIFIED) as caught:
+        y.sum().backward()
+    assert ("the 0.k_proj's values, a view of the weight fuse_projections_ fused of 0.q_proj, 0.k_proj, 0.v_proj, "
+            "which share one version counter (written in place there or in a sibling's: 0.q_proj, 0.v_proj) "
+            "[torch.bfloat16 [64, 32]] is at version 1; expected version 0") in str(caught.value)
 
 
 @pytest.mark.parametrize("weight", ["bf16", "e4m3"])
