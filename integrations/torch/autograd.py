@@ -57,10 +57,12 @@ import torch
 import torch.autograd.forward_ad as _fwad
 import torch.nn.functional as F
 from torch._C._functorch import is_functorch_wrapped_tensor
+from torch._dynamo import compiled_autograd
 from torch._functorch.utils import enable_single_level_autograd_function
 from torch.autograd.forward_ad import _set_fwd_grad_enabled
 
 from ..errors import SP_FROZEN_WEIGHT, IntegrationError
+from .dynamo_frames import skip_frames
 from .refused_grad import Refusal, refused_like, traced_backward
 from .saved_inputs import save_inputs, saved_inputs, shapes_only
 from .weight import NAME_OF, host_dense
@@ -153,11 +155,34 @@ def frozen(what: str) -> IntegrationError:
                                  "sparsify_(model, trainable=True) swaps in SemiSparseLinear (docs/training.md)")
 
 
+_ACTIVATION_BACKWARD: dict[str, Any] = {
+    "relu": lambda d, t: torch.ops.aten.threshold_backward(d, F.relu(t), 0),
+    "silu": torch.ops.aten.silu_backward,
+    "gelu_tanh": lambda d, t: torch.ops.aten.gelu_backward(d, t, approximate="tanh"),
+}
+"""d act(t) for the incoming gradient d: the aten kernels torch's autograd runs for each activation."""
+
+
+def _activation_vjp(activation: str, pre: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    """d pre of :data:`_ACTIVATIONS` [activation] at the float32 ``pre`` for dy, by the aten backward
+    kernels torch's autograd computes it with (the same numbers): what compiled autograd's dynamo trace
+    takes, which stops at ``torch.autograd.grad`` (a graph break, an error with ``fullgraph=True``).
+    The gated ones (swiglu, geglu: act(g) * u for pre = [g, u]) as the product's and the slices' backward."""
+    if activation in _ACTIVATION_BACKWARD:
+        return _ACTIVATION_BACKWARD[activation](dy, pre)
+    f = pre.shape[1] // 2
+    gate, up = pre[:, :f], pre[:, f:]
+    act = "silu" if activation == "swiglu" else "gelu_tanh"
+    return torch.cat([_ACTIVATION_BACKWARD[act](dy * up, gate), dy * _ACTIVATIONS[act](gate)], dim=1)
+
+
 def pre_activation_grad(dy: torch.Tensor, pre: torch.Tensor | None, activation: str | None) -> torch.Tensor:
     """d pre (T, N) in float32 from dy (T, N or F) and the float32 pre-activations (None: dy)."""
     dy = dy.float()
     if activation is None:
         return dy
+    if compiled_autograd.in_compiled_autograd_region:  # (dynamo traces no torch.autograd.grad: fullgraph stopped)
+        return _activation_vjp(activation, pre.detach().float(), dy)
     if torch._C._are_functorch_transforms_active():  # (torch.func refuses requires_grad_ inside its transforms)
         _, vjp = torch.func.vjp(_ACTIVATIONS[activation], pre.detach().float())
         return vjp(dy)[0]
@@ -411,7 +436,7 @@ def _op_with_input_grad(setup_context: Any, backward: Any) -> type:
             setup_context(ctx, tuple(tensors), {"activation": activation}, output)
 
         @staticmethod
-        @torch.compiler.disable  # (see below)
+        @skip_frames  # (see below)
         def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
             return (*backward(ctx, dy), None, None, None)
 
@@ -421,11 +446,14 @@ def _op_with_input_grad(setup_context: Any, backward: Any) -> type:
         # backward through the op under compiled autograd stopped at torch's AttributeError)
         _compiled_autograd_key = staticmethod(torch.autograd.Function._compiled_autograd_key)
 
-    # backward, disabled for dynamo: run by autograd's engine inside a torch.compile'd function with a graph break,
-    # its frame was handed to dynamo, which gave up at ctx.saved_tensors ("WON'T CONVERT", the frame then run
-    # eagerly) while x was saved first; with x not saved (an op without activation: saved_inputs.py) dynamo's
-    # conversion of a weight made to require grad by torch.func.grad stopped at its own AssertionError ("False
-    # != True") instead of our SP0922. AOTAutograd's traces of the backward do not go through dynamo's frames.
+    # backward, never a frame of dynamo's own (dynamo_frames.skip_frames): run by autograd's engine inside a
+    # torch.compile'd function with a graph break, its frame was handed to dynamo, which gave up at
+    # ctx.saved_tensors ("WON'T CONVERT", the frame then run eagerly) while x was saved first; with x not saved (an
+    # op without activation: saved_inputs.py) dynamo's conversion of a weight made to require grad by
+    # torch.func.grad stopped at its own AssertionError ("False != True") instead of our SP0922. AOTAutograd's
+    # traces of the backward do not go through dynamo's frames. Compiled autograd (torch._dynamo.compiled_autograd)
+    # inlines it into the compiled backward graph: traced there (torch.compiler.disable, as it was, made it a graph
+    # break, which stopped a fullgraph=True compiled backward at "Skip calling `torch.compiler.disable()`d function").
     return Formula
 
 

@@ -46,24 +46,75 @@ def test_compiled_autograd_fullgraph_backward_gives_the_eager_gradient(weight):
     assert err <= 1.5 * 2.0 ** -8 * ref.abs().max().item(), err
 
 
-@pytest.mark.parametrize("activation", [None, "relu"])
-def test_the_op_called_directly_under_compiled_autograd_gives_the_eager_gradient(activation):
+def _activation64(activation: str | None, pre: torch.Tensor) -> torch.Tensor:
+    """The activation in float64 (the gated ones: act(gate) * up of pre = [gate, up])."""
+    acts = {None: lambda t: t, "relu": torch.relu, "silu": torch.nn.functional.silu,
+            "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}
+    if activation in acts:
+        return acts[activation](pre)
+    f = pre.shape[1] // 2
+    return acts["silu" if activation == "swiglu" else "gelu_tanh"](pre[:, :f]) * pre[:, f:]
+
+
+@pytest.mark.parametrize("fullgraph", [False, True])
+@pytest.mark.parametrize(("weight", "activation"), [
+    ("bf16", None), ("bf16", "relu"), ("bf16", "silu"), ("bf16", "gelu_tanh"), ("bf16", "swiglu"), ("bf16", "geglu"),
+    ("e4m3", None), ("e4m3", "silu")])
+def test_the_op_called_directly_under_compiled_autograd_gives_the_eager_gradient(weight, activation, fullgraph):
     """The op's Autograd formula is a ``_SingleLevelFunction``, which had no
     ``_compiled_autograd_key``: a backward through it under compiled autograd stopped at torch's
-    AttributeError. Now its gradient (the formula run eagerly: its backward is disabled for dynamo,
-    a graph break) is the eager backward's."""
+    AttributeError. Then its backward was disabled for dynamo, a graph break: ``fullgraph=True`` stopped
+    at torch's "Skip calling `torch.compiler.disable()`d function". Now dynamo traces the formula into
+    the compiled backward (an activation's derivative by the aten kernels torch's autograd runs: its
+    ``torch.autograd.grad`` stopped a fullgraph trace too), and the gradient is the eager backward's."""
     torch._dynamo.reset()
-    layer = spt.SparseLinear.from_dense(linear(32, 64, seed=5))
+    n = 64 if activation in ("swiglu", "geglu") else 32
+    layer = spt.SparseLinear.from_dense(linear(n, 64, seed=5), weight)
     gen = torch.Generator().manual_seed(6)
+    x0 = torch.randn(4, 64, generator=gen).to(torch.bfloat16)
+    g = torch.randn(4, n // 2 if activation in ("swiglu", "geglu") else n, generator=gen)
+    e4m3 = weight == "e4m3"
+
+    def op(x: torch.Tensor, **kw) -> torch.Tensor:
+        if e4m3:
+            return torch.ops.sparsile.sparse_linear_e4m3(x, layer.values, layer.meta, layer.bias, layer.scale_w, **kw)
+        return torch.ops.sparsile.sparse_linear(x, layer.values, layer.meta, layer.bias, **kw)
+
+    def grad(compiled: bool) -> torch.Tensor:
+        x = x0.clone().requires_grad_()
+        loss = (op(x, activation=activation).float() * g).sum()
+        if compiled:
+            with compiled_autograd._enable(torch.compile(backend="eager", fullgraph=fullgraph)):
+                loss.backward()
+        else:
+            loss.backward()
+        return x.grad
+
+    eager = grad(False)
+    compiled = grad(True)  # (x.grad starts as None: a backward that wrote nothing fails below)
+    assert torch.equal(compiled, eager)
+    pre = op(x0, out_dtype=torch.float32).double().requires_grad_()
+    (d_pre,) = torch.autograd.grad(_activation64(activation, pre), pre, g.double())
+    ref = d_pre @ layer.to_dense().double()
+    err = (compiled.double() - ref).abs().max().item()
+    assert err <= 1.5 * 2.0 ** -8 * ref.abs().max().item(), err
+
+
+@pytest.mark.parametrize("activation", ["relu", "silu", "gelu_tanh"])
+def test_a_layer_with_an_activation_under_fullgraph_compiled_autograd_gives_the_eager_gradient(activation):
+    """The eager layer's backward (``LayerWithInputGrad``) differentiates its activation with
+    ``torch.autograd.grad``, which stopped a ``fullgraph=True`` compiled backward; now the aten kernels."""
+    torch._dynamo.reset()
+    layer = spt.SparseLinear.from_dense(linear(32, 64, seed=9), "bf16", activation=activation)
+    gen = torch.Generator().manual_seed(10)
     x0 = torch.randn(4, 64, generator=gen).to(torch.bfloat16)
     g = torch.randn(4, 32, generator=gen)
 
     def grad(compiled: bool) -> torch.Tensor:
         x = x0.clone().requires_grad_()
-        y = torch.ops.sparsile.sparse_linear(x, layer.values, layer.meta, layer.bias, activation=activation)
-        loss = (y.float() * g).sum()
+        loss = (layer(x).float() * g).sum()
         if compiled:
-            with compiled_autograd._enable(torch.compile(backend="eager")):
+            with compiled_autograd._enable(torch.compile(backend="eager", fullgraph=True)):
                 loss.backward()
         else:
             loss.backward()
@@ -72,8 +123,11 @@ def test_the_op_called_directly_under_compiled_autograd_gives_the_eager_gradient
     eager = grad(False)
     compiled = grad(True)
     assert torch.equal(compiled, eager)
-    pre = torch.ops.sparsile.sparse_linear(x0, layer.values, layer.meta, layer.bias, out_dtype=torch.float32).double()
-    d_pre = g.double() * (pre > 0) if activation == "relu" else g.double()
+    with torch.no_grad():
+        layer.activation, layer.out_dtype = None, torch.float32  # (the float32 pre-activations)
+        pre = layer(x0).double().requires_grad_()
+        layer.activation, layer.out_dtype = activation, None
+    (d_pre,) = torch.autograd.grad(_activation64(activation, pre), pre, g.double())
     ref = d_pre @ layer.to_dense().double()
     err = (compiled.double() - ref).abs().max().item()
     assert err <= 1.5 * 2.0 ** -8 * ref.abs().max().item(), err
