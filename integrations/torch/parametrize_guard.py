@@ -21,7 +21,9 @@ property (:func:`guarded_parametrizations`), which ``register_parametrization`` 
 name it checks) and raises SP0925 there; every other read is the ``ModuleDict`` torch stored (an
 ``AttributeError`` before there is one, as without the property). A parametrization's
 ``right_inverse`` would otherwise already have rewritten the tensor before any later point could
-refuse. If torch reached the property otherwise, the refusal would not come and torch's own error
+refuse. While dynamo traces (a compiled forward reading a parametrized bias through the property) it
+looks at no frames: ``sys._getframe`` is a function dynamo skips, a graph break that stopped
+``fullgraph=True``. If torch reached the property otherwise, the refusal would not come and torch's own error
 would: tests/integrations/test_torch_parametrize_guard.py pins it for the torch installed.
 """
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import torch
 from torch.nn.utils import parametrize
 
 from ..errors import SP_PARAMETRIZE, IntegrationError
@@ -41,7 +44,12 @@ _REGISTERS = parametrize.register_parametrization.__code__
 def _name_registered() -> str | None:
     """The tensor name ``register_parametrization`` is about to parametrize, where the property's reader
     (two frames up) is its ``is_parametrized(module, tensor_name)`` call; else None."""
-    frame = sys._getframe(2)
+    if torch.compiler.is_compiling():  # (dynamo traces a parametrized tensor's reads: no frames, registers nothing)
+        return None
+    try:
+        frame = sys._getframe(2)
+    except ValueError:  # (read from C with no Python caller)
+        return None
     caller = frame.f_back
     if frame.f_code is not _CHECKS or caller is None or caller.f_code is not _REGISTERS:
         return None

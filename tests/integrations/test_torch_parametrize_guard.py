@@ -117,3 +117,15 @@ def test_a_trainable_layer_with_a_parametrized_weight_refuses_values_t_and_train
     within(y, xk @ w.T + layer.bias.detach().double(), xk.abs() @ w.abs().T, 64, torch.float32)
     ones = torch.ones(4, 48, dtype=torch.float64)
     within(x.grad, ones @ w, ones @ w.abs(), 48, torch.bfloat16)
+
+
+def test_a_parametrized_bias_still_compiles_with_fullgraph():
+    """Dynamo traces the parametrized bias's reads through the layer's ``parametrizations`` property: the
+    property looks at no frames there (``sys._getframe`` is a function dynamo skips: a graph break, which
+    stopped fullgraph=True at "Attempted to call function marked as skipped")."""
+    torch._dynamo.reset()
+    layer = spt.SparseLinear.from_dense(linear(48, 64, seed=11), "bf16")
+    parametrize.register_parametrization(layer, "bias", Doubled())
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(12)).to(torch.bfloat16)
+    y = torch.compile(layer, backend="eager", fullgraph=True)(x)
+    assert torch.equal(y, layer(x))
