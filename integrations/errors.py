@@ -48,7 +48,8 @@ SP_CHECKPOINT_WRITE = "SP0915"
 SP_TRAIN_LAYER = "SP0916"
 """A trainable sparse layer that cannot be built (e4m3 weights, a fused activation or out_dtype) or cannot compute a
 call: a second derivative through x's gradient, forward-mode AD, torch.func's grad transforms, a weight or mask
-batched by vmap without its compressions (docs/training.md)."""
+batched by vmap without its compressions (docs/training.md), ``torch.fx.symbolic_trace`` with the layer as the
+traced root (it is recorded as a ``call_module`` node)."""
 SP_TRAIN_SETUP = "SP0917"
 """``SparseTrainer`` / ``recompress_`` / ``reprune_`` arguments: no trainable sparse layer, a bad ``reprune_every``,
 a re-prune of a layer whose mask is parametrized (``torch.nn.utils.parametrize``)."""
