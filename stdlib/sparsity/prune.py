@@ -75,7 +75,8 @@ def unit_keys(array: np.ndarray, unit: int) -> np.ndarray:
     included, as the operand kernels' magnitude bits order them. Integers give exact uint64 sums
     (Python integers where a sum could pass 2**64); floats the raw bits of the float64 magnitude
     (monotone in |x|; NaN's bits lie above inf's), a pair holding a NaN the largest NaN key of its
-    elements."""
+    elements; a float wider than float64 (``np.longdouble``) the rank of its own-precision
+    magnitude among the units (:func:`_wide_float_keys`)."""
     shape = (*array.shape[:-1], array.shape[-1] // unit, unit)
     if array.dtype.kind in "biu":
         mags = integer_magnitudes(array).reshape(shape)
@@ -84,6 +85,8 @@ def unit_keys(array: np.ndarray, unit: int) -> np.ndarray:
         if mags.size and int(mags.max()) >= 2 ** 64 // unit:  # (a uint64 sum would wrap)
             return mags.astype(object).sum(axis=-1)
         return mags.sum(axis=-1, dtype=np.uint64)
+    if is_wide_float(array.dtype):
+        return _wide_float_keys(array.reshape(shape))
     mags = np.abs(array.astype(np.float64)).reshape(shape)
     bits = mags.view(np.uint64) & np.uint64(0x7FFFFFFFFFFFFFFF)
     if unit == 1:
@@ -91,6 +94,23 @@ def unit_keys(array: np.ndarray, unit: int) -> np.ndarray:
     nan = np.isnan(mags)
     sums = np.where(nan, np.inf, mags).sum(axis=-1).view(np.uint64)
     return np.where(nan.any(axis=-1), np.where(nan, bits, np.uint64(0)).max(axis=-1), sums)
+
+
+def is_wide_float(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` is a float wider than float64 (``np.longdouble`` on x86: 80-bit extended),
+    whose magnitudes float64 would round together, or overflow to inf past 1.8e308."""
+    return dtype.kind == "f" and dtype.itemsize > 8 and np.finfo(dtype).nmant > np.finfo(np.float64).nmant
+
+
+def _wide_float_keys(units: np.ndarray) -> np.ndarray:
+    """:func:`unit_keys` of a wide float's units (``(..., n, unit)``): the rank of each unit's |x|
+    (or |a|+|b|), summed in its own precision, among all the units, NaN above every one (inf
+    included); NaN payloads are not ordered."""
+    mags = np.abs(units)
+    nan = np.isnan(mags)
+    sums = np.where(nan, np.inf, mags).sum(axis=-1)
+    ranks = np.unique(sums, return_inverse=True)[1].reshape(sums.shape).astype(np.uint64)
+    return np.where(nan.any(axis=-1), np.uint64(sums.size), ranks)
 
 
 INF_KEY = np.array(np.inf).view(np.uint64)[()]
@@ -104,8 +124,12 @@ def element_ranks(array: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(class, magnitude) of every element of ``array``, read from its :func:`unit_keys` (the one
     rule pruning keeps elements by, so that other rankings, such as the transposable masks', agree
     with it): class :data:`NAN` above :data:`INFINITE` (±inf) above :data:`NUMBER` (int8; integers
-    are numbers), and |x| as float64 for numbers (0.0 for NaN and ±inf; -0.0 is 0.0). Only NaN
+    are numbers), and |x| as float64 for numbers (in the array's own type for a float wider than
+    float64, :func:`is_wide_float`; 0.0 for NaN and ±inf; -0.0 is 0.0). Only NaN
     payloads, which pruning also orders among NaNs, are not kept."""
+    if is_wide_float(array.dtype):  # (magnitudes in their own precision: float64 would round them together)
+        nan, inf = np.isnan(array), np.isinf(array)
+        return nan.astype(np.int8) * 2 + inf, np.where(nan | inf, 0, np.abs(array))
     keys = np.ascontiguousarray(unit_keys(array, 1))
     if array.dtype.kind in "biu":
         return np.zeros(array.shape, np.int8), keys.astype(np.float64)

@@ -88,9 +88,10 @@ def transposable_mask_2_4(w: Any) -> np.ndarray:
                             help="a transposable mask is 2:4 along both axes of a matrix")
     rows, cols = array.shape
     mp, kp = -(-rows // 4) * 4, -(-cols // 4) * 4
-    mags = np.zeros((mp, kp), dtype=np.float64)
+    element_classes, element_mags = element_ranks(array)  # |x| of numbers; NaN, ±inf by class
+    mags = np.zeros((mp, kp), dtype=element_mags.dtype)  # (float64; np.longdouble's own, summed in it)
     classes = np.zeros((mp, kp), dtype=np.int8)
-    classes[:rows, :cols], mags[:rows, :cols] = element_ranks(array)  # |x| of numbers; NaN, ±inf by class
+    classes[:rows, :cols], mags[:rows, :cols] = element_classes, element_mags
     blocks = mags.reshape(mp // 4, 4, kp // 4, 4).transpose(0, 2, 1, 3).reshape(-1, 16)
     special = bool(classes.any())
     block_classes = classes.reshape(mp // 4, 4, kp // 4, 4).transpose(0, 2, 1, 3).reshape(-1, 16) if special else None
