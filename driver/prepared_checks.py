@@ -76,8 +76,8 @@ def typed_scalar_writer(name: str, prepared: T.ScalarType, write: Callable[[Any,
                               f"(`kernel[grid]` passes it as a pointer), but the launch was prepared for the "
                               f"scalar {prepared}", f"pass the number: {_conversion(name, prepared)}, which "
                               f"`kernel[grid]` types as {prepared}")
-        else:
-            return  # not a number: the writer names what it expected
+        else:  # (a Fraction, Decimal, complex, str...: kernel[grid]'s SP0708, where the writer took a Fraction)
+            given = arg_spec(param, value).type
         if given != prepared and isinstance(given, T.ScalarType):
             raise LaunchError(PREPARED_SCALAR_TYPE, f"argument `{name}` = {describe_value(value)} has type {given} "
                               f"(`kernel[grid]` types it so), but the launch was prepared for {prepared}",

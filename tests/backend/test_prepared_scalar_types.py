@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import struct
 import warnings
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -297,3 +299,25 @@ def test_sp0736_names_a_numpy_scalar_by_its_dtype_not_its_alias_class(gpu: Any, 
     assert exc.value.code == "SP0736"
     assert exc.value.message == message + " (`kernel[grid]` types it so), but the launch was prepared for i8"
     assert describe_value(alias) == message.split(" = ")[1].removesuffix(" has type " + message.split()[-1])
+
+
+@pytest.mark.parametrize(("prepared_for", "value", "found"), [
+    (1.0, Fraction(1, 3), "Fraction"), (1.0, Decimal("1.5"), "Decimal"), (1.0, complex(1, 0), "complex"),
+    (3, Fraction(3, 1), "Fraction"), (3, Decimal(3), "Decimal"), (True, Fraction(1), "Fraction"),
+], ids=str)
+def test_a_prepared_launch_refuses_a_number_kernel_grid_refuses(gpu: Any, prepared_for: Any, value: Any,
+                                                               found: str) -> None:
+    """``kernel[grid]`` takes no ``Fraction``, ``Decimal`` or complex for an unannotated scalar
+    (SP0708); a launch prepared for a float packed ``Fraction(1, 3)`` as the f32 0.33333334, and the
+    others were refused by the writer in other words. Both paths now refuse alike."""
+    gpu.sizes = [8, 8, _size(prepared_for)]
+    x, _, out = arrays()
+    launch_ = poly[(1,)].prepare(x, out, prepared_for)
+    with pytest.raises(LaunchError) as grid_exc:
+        poly[(1,)](x, out, value)
+    with pytest.raises(LaunchError) as exc:
+        launch_(x, out, value)
+    assert (exc.value.code, exc.value.message) == (grid_exc.value.code, grid_exc.value.message)
+    assert exc.value.code == "SP0708"
+    assert exc.value.message == f"argument `a` expects a scalar, found {found}"
+    assert gpu.launches == []
