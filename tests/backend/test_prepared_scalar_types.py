@@ -54,10 +54,17 @@ def poly_i32(x: sp.ptr[sp.f32], out: sp.ptr[sp.f32], a: sp.i32, BLOCK: sp.conste
     sp.store(out + offs, sp.load(x + offs, mask=mask) + c, mask=mask)
 
 
+@sp.jit
+def shift_f32(x: sp.ptr[sp.f32], out: sp.ptr[sp.f32], a: sp.f32, BLOCK: sp.constexpr = 256):
+    offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
+    mask = offs < N
+    sp.store(out + offs, sp.load(x + offs, mask=mask) + a, mask=mask)
+
+
 @pytest.fixture(autouse=True)
 def fresh_launchers():
     """Each test builds its launchers on its own fake device."""
-    for k in (poly, poly_i32):
+    for k in (poly, poly_i32, shift_f32):
         k.__dict__.pop("_launchers", None)
         k.__dict__.pop("_fast_launches", None)
 
@@ -321,3 +328,23 @@ def test_a_prepared_launch_refuses_a_number_kernel_grid_refuses(gpu: Any, prepar
     assert exc.value.code == "SP0708"
     assert exc.value.message == f"argument `a` expects a scalar, found {found}"
     assert gpu.launches == []
+
+
+@pytest.mark.parametrize("value", [Fraction(1, 3), Decimal("1.5"), np.timedelta64(3)], ids=str)
+def test_an_annotated_float_parameter_refuses_a_fraction_on_both_paths(gpu: Any, value: Any) -> None:
+    """``kernel[grid]`` refuses a ``Fraction`` for ``a: sp.f32`` (SP0708); the prepared launch's
+    writer took any ``numbers.Real`` and packed ``Fraction(1, 3)`` as 0.33333334."""
+    gpu.sizes = [8, 8, 4]
+    x, _, out = arrays()
+    launch_ = shift_f32[(1,)].prepare(x, out, 1.0)
+    with pytest.raises(LaunchError) as grid_exc:
+        shift_f32[(1,)](x, out, value)
+    assert grid_exc.value.code == "SP0708"
+    with pytest.raises(LaunchError) as exc:
+        launch_(x, out, value)
+    assert exc.value.code == "SP0708"
+    assert exc.value.message == f"argument `a` expects a number (f32), got {describe_value(value)}"
+    assert gpu.launches == []
+    launch_(x, out, 2)  # an int is a number for an f32 on both paths
+    shift_f32[(1,)](x, out, 2)
+    assert gpu.launches[0]["params"][2] == gpu.launches[1]["params"][2] == struct.pack("<f", 2.0)
