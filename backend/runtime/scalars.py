@@ -14,6 +14,7 @@ import numpy as np
 
 from ...frontend.diagnostics import LaunchError
 from ...frontend.ir.scalar_range import check_float_fits, float_overflow_error
+from ...frontend.sema.specialize import ML_FLOAT_SCALARS
 from .codes import ARG_DTYPE, ARG_KIND, ARG_RANGE
 from .dtypes import DTYPES, DTypeInfo, dtype_info
 
@@ -85,7 +86,8 @@ def _to_int(value: Any, name: str, dtype: str) -> int:
             return int(value)
         raise LaunchError(ARG_KIND, f"argument `{name}` expects an integer ({dtype}), got {describe_value(value)}",
                           "pass an int (int(flag) for 0 / 1), or annotate the parameter `bool`")
-    if isinstance(value, (float, complex, np.floating)):  # SP0703, as when the call is specialized (sema)
+    if isinstance(value, (float, complex, np.floating)) or type(value) in ML_FLOAT_SCALARS:
+        # SP0703, as when the call is specialized (sema); ml_dtypes' floats are no np.floating
         raise LaunchError(ARG_DTYPE, f"argument `{name}` expects an integer ({dtype}), got "
                           f"{type(value).__name__} {value!r}", "pass an int (round it explicitly)")
     if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, np.generic):
@@ -103,8 +105,9 @@ def _to_int(value: Any, name: str, dtype: str) -> int:
 def _to_float(value: Any, name: str, dtype: str) -> float:
     if type(value) is float:
         return value
-    # (the numbers kernel[grid] takes, sema's arg_spec: no Fraction; ml_dtypes' bfloat16 is no np.floating)
-    if (isinstance(value, int | float | np.integer | np.floating) or type(value).__module__ == "ml_dtypes") \
+    # (the numbers kernel[grid] takes, sema's arg_spec: no Fraction, no ml_dtypes float other than its
+    # bf16 / e4m3 / e5m2 (no np.floating))
+    if (isinstance(value, int | float | np.integer | np.floating) or type(value) in ML_FLOAT_SCALARS) \
             and not isinstance(value, bool | np.bool_ | np.timedelta64):
         try:
             return float(value)

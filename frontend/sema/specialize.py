@@ -160,7 +160,7 @@ def _aligned(value: Any, host_copies_aligned: bool) -> bool:
     return ptr is not None and ptr % 16 == 0
 
 
-_ML_FLOAT_SCALARS = frozenset(getattr(ml_dtypes, n) for n in ("bfloat16", "float8_e4m3fn", "float8_e5m2"))
+ML_FLOAT_SCALARS = frozenset(getattr(ml_dtypes, n) for n in ("bfloat16", "float8_e4m3fn", "float8_e5m2"))
 """ml_dtypes' scalar types (``ml_dtypes.bfloat16(1.5)``): numpy scalars that are no ``np.floating``, taken as the
 Python float they hold (exact), as an ``np.float16`` is."""
 
@@ -169,7 +169,7 @@ def _ml_float(p: ParamInfo, value: Any) -> Any:
     """An ml_dtypes scalar given for a parameter annotated with a scalar type as the Python float it
     holds (exact; the annotation is its type); for any other parameter the scalar itself, typed by
     its own type as every NumPy scalar is (:func:`numpy_scalar_type`)."""
-    return float(value) if type(value) in _ML_FLOAT_SCALARS and isinstance(p.annotation, T.ScalarType) else value
+    return float(value) if type(value) in ML_FLOAT_SCALARS and isinstance(p.annotation, T.ScalarType) else value
 
 
 def bind_arguments(kernel_name: str, params: list[ParamInfo], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -261,7 +261,7 @@ def float_bits(value: float | np.floating) -> bytes:
     value a NaN constexpr matched no earlier launch: every launch ran sema again and the caches
     grew); by bits ``-0.0`` is not ``0.0`` and every NaN of one payload is one key. An ml_dtypes
     float (``ml_dtypes.bfloat16``, no ``np.floating``) is a NumPy scalar too: its own bits."""
-    if isinstance(value, np.floating) or type(value) in _ML_FLOAT_SCALARS:
+    if isinstance(value, np.floating) or type(value) in ML_FLOAT_SCALARS:
         return value.tobytes()
     return struct.pack("<d", value)
 
@@ -275,7 +275,7 @@ def _exact(value: Any) -> Any:
         return (kind, *map(_exact, value))
     if kind is T.TypedConstant:  # `f32(-0.0)` equals `f32(0.0)` as a dataclass
         return (kind, str(value.dtype), _exact(value.value))
-    if isinstance(value, float | np.floating) or kind in _ML_FLOAT_SCALARS:  # (bfloat16(-0.0) == bfloat16(0.0))
+    if isinstance(value, float | np.floating) or kind in ML_FLOAT_SCALARS:  # (bfloat16(-0.0) == bfloat16(0.0))
         return (kind, float_bits(value))
     return (kind, value)
 

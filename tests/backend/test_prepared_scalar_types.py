@@ -330,10 +330,12 @@ def test_a_prepared_launch_refuses_a_number_kernel_grid_refuses(gpu: Any, prepar
     assert gpu.launches == []
 
 
-@pytest.mark.parametrize("value", [Fraction(1, 3), Decimal("1.5"), np.timedelta64(3)], ids=str)
+@pytest.mark.parametrize("value", [Fraction(1, 3), Decimal("1.5"), np.timedelta64(3),
+                                   ml_dtypes.float8_e4m3b11fnuz(2), ml_dtypes.float8_e4m3fnuz(2)], ids=repr)
 def test_an_annotated_float_parameter_refuses_a_fraction_on_both_paths(gpu: Any, value: Any) -> None:
-    """``kernel[grid]`` refuses a ``Fraction`` for ``a: sp.f32`` (SP0708); the prepared launch's
-    writer took any ``numbers.Real`` and packed ``Fraction(1, 3)`` as 0.33333334."""
+    """``kernel[grid]`` refuses a ``Fraction`` for ``a: sp.f32`` (SP0708), and an ml_dtypes float
+    other than bf16 / e4m3 / e5m2; the prepared launch's writer took any ``numbers.Real`` and any
+    ml_dtypes scalar, and packed ``Fraction(1, 3)`` as 0.33333334."""
     gpu.sizes = [8, 8, 4]
     x, _, out = arrays()
     launch_ = shift_f32[(1,)].prepare(x, out, 1.0)
@@ -348,3 +350,20 @@ def test_an_annotated_float_parameter_refuses_a_fraction_on_both_paths(gpu: Any,
     launch_(x, out, 2)  # an int is a number for an f32 on both paths
     shift_f32[(1,)](x, out, 2)
     assert gpu.launches[0]["params"][2] == gpu.launches[1]["params"][2] == struct.pack("<f", 2.0)
+
+
+@pytest.mark.parametrize("value", [BF16(2.5), ml_dtypes.float8_e4m3fn(2), np.float16(2)], ids=repr)
+def test_an_annotated_integer_parameter_refuses_an_ml_dtypes_float_as_kernel_grid_does(gpu: Any, value: Any) -> None:
+    """``kernel[grid]`` refuses a float for ``a: sp.i32`` as SP0703 (a float given for an integer);
+    the prepared launch's writer knew NumPy's floats but not ml_dtypes' (no ``np.floating``), and
+    answered SP0708 for ``ml_dtypes.bfloat16(2.5)``."""
+    gpu.sizes = [8, 8, 4]
+    x, _, out = arrays()
+    launch_ = poly_i32[(1,)].prepare(x, out, 3)
+    with pytest.raises(LaunchError) as grid_exc:
+        poly_i32[(1,)](x, out, value)
+    with pytest.raises(LaunchError) as exc:
+        launch_(x, out, value)
+    assert grid_exc.value.code == exc.value.code == "SP0703"
+    assert exc.value.message == f"argument `a` expects an integer (i32), got {type(value).__name__} {value!r}"
+    assert gpu.launches == []
