@@ -24,7 +24,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from ..stdlib.sparsity.hostarray import plain_array
+from ..stdlib.sparsity.hostarray import as_host_array, plain_array
 from .errors import SP_SAFETENSORS_DTYPE, SP_SAFETENSORS_FILE, IntegrationError
 
 DTYPES: dict[str, np.dtype] = {
@@ -169,13 +169,25 @@ def load_file(path: str | Path, names: set[str] | None = None) -> dict[str, np.n
     return out
 
 
+def _host_array(t: Any, what: str) -> np.ndarray:
+    """Tensor ``t`` as :func:`save_file` writes it: a torch / cupy / JAX tensor (``__dlpack__``) as
+    the toolkit reads it (:func:`~sparsile.stdlib.sparsity.hostarray.as_host_array`: bfloat16 and
+    float8 kept, a tensor that requires grad or lives on a GPU copied), anything else as numpy's
+    ``asanyarray`` of it, a plain array of native byte order (masked elements refused)."""
+    if not isinstance(t, np.ndarray) and hasattr(t, "__dlpack__"):  # (np.asarray: torch's TypeError for bf16)
+        return as_host_array(t, what)
+    # (asanyarray keeps a masked array for plain_array to refuse: asarray dropped the mask, silently)
+    return plain_array(np.asanyarray(t), what, "the file would hold the values under the mask")
+
+
 def save_file(tensors: Mapping[str, Any], path: str | Path, metadata: Mapping[str, str] | None = None) -> None:
-    """Write ``tensors`` (name -> numpy array, or anything numpy.asarray accepts) to ``path``
-    (through a ``.partial`` file renamed at the end, so that overwriting a file whose tensors are
-    still mapped by :func:`load_file` is safe). Arrays are read as the toolkit reads them
-    (:func:`~sparsile.stdlib.sparsity.hostarray.plain_array`): a subclass (``np.matrix``) as a plain
-    array, a byte-swapped one by its values; a masked array with masked elements is SP0804 (the file
-    would hold the values under the mask), before anything is written."""
+    """Write ``tensors`` (name -> numpy array, torch / cupy / JAX tensor, or anything numpy.asarray
+    accepts) to ``path`` (through a ``.partial`` file renamed at the end, so that overwriting a file
+    whose tensors are still mapped by :func:`load_file` is safe). Arrays are read as the toolkit
+    reads them (:func:`_host_array`, :func:`~sparsile.stdlib.sparsity.hostarray.plain_array`): a
+    subclass (``np.matrix``) as a plain array, a byte-swapped one by its values, a torch bfloat16
+    tensor as bfloat16; a masked array with masked elements is SP0804 (the file would hold the
+    values under the mask), before anything is written."""
     for name in tensors:  # (json.dumps writes 1 and "1" as one name; "__metadata__" is the metadata's key)
         if not isinstance(name, str):
             raise IntegrationError(SP_SAFETENSORS_FILE, f"tensor names must be strings, got {type(name).__name__} "
@@ -183,9 +195,7 @@ def save_file(tensors: Mapping[str, Any], path: str | Path, metadata: Mapping[st
         if name == "__metadata__":
             raise IntegrationError(SP_SAFETENSORS_FILE, "cannot write a tensor named '__metadata__' (the header's "
                                    "metadata key)", help="rename the tensor")
-    # (asanyarray keeps a masked array for plain_array to refuse: asarray dropped the mask, silently)
-    arrays = {name: plain_array(np.asanyarray(t), f"tensors[{name!r}]", "the file would hold the values under the mask")
-              for name, t in tensors.items()}
+    arrays = {name: _host_array(t, f"tensors[{name!r}]") for name, t in tensors.items()}
     arrays = {name: a if a.flags.c_contiguous else a.copy(order="C") for name, a in arrays.items()}  # 0-d stays 0-d
     header: dict[str, Any] = {}
     if metadata:

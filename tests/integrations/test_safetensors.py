@@ -190,3 +190,28 @@ def test_subclasses_and_byte_swapped_arrays_are_written_as_their_values(tmp_path
     np.testing.assert_array_equal(back["swapped"], values)
     np.testing.assert_array_equal(back["swapped_view"], values[:, ::2])
     assert all(type(a) is np.ndarray and a.dtype == np.float32 for a in back.values())
+
+
+def test_torch_tensors_are_written_as_the_toolkit_reads_them(tmp_path):
+    """save_file read a tensor with np.asarray: a torch bfloat16 or float8 tensor stopped at torch's
+    TypeError ("Got unsupported ScalarType BFloat16"), one that requires grad or a negated view at
+    its RuntimeError, internal tracebacks. Objects with ``__dlpack__`` are now read by
+    ``as_host_array`` (the toolkit's reader, which ``save_sparse24_checkpoint`` already uses)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(11)
+    f = rng.standard_normal((3, 4)).astype(np.float32)
+    tensors = {"bf16": torch.tensor(f).bfloat16(), "e4m3": torch.tensor(f).to(torch.float8_e4m3fn),
+               "grad": torch.tensor(f, requires_grad=True), "neg": torch._neg_view(torch.tensor(f)),
+               "strided": torch.tensor(f).T[::2], "i64": torch.arange(5)}
+    st.save_file(tensors, tmp_path / "t.safetensors")
+    back = st.load_file(tmp_path / "t.safetensors")
+    header, _, _ = st.read_header(tmp_path / "t.safetensors")
+    assert {n: header[n]["dtype"] for n in tensors} == {"bf16": "BF16", "e4m3": "F8_E4M3", "grad": "F32", "neg": "F32",
+                                                        "strided": "F32", "i64": "I64"}
+    bf16_bits = tensors["bf16"].view(torch.int16).numpy().view(np.uint16)
+    np.testing.assert_array_equal(back["bf16"].view(np.uint16), bf16_bits)
+    np.testing.assert_array_equal(back["e4m3"].view(np.uint8), tensors["e4m3"].view(torch.uint8).numpy())
+    np.testing.assert_array_equal(back["grad"], f)
+    np.testing.assert_array_equal(back["neg"], -f)
+    np.testing.assert_array_equal(back["strided"], f.T[::2])
+    np.testing.assert_array_equal(back["i64"], np.arange(5))
