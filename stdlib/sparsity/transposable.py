@@ -114,6 +114,15 @@ def prune_transposable_2_4(w: Any) -> np.ndarray:
     return np.where(mask, array, np.zeros((), array.dtype))
 
 
-def kept_magnitude(w: Any, mask: np.ndarray) -> float:
-    """The sum of |w| over the kept elements (float64), to compare masks."""
-    return float(np.abs(as_host_array(w, "w").astype(np.float64))[mask].sum())
+def kept_magnitude(w: Any, mask: Any) -> float:
+    """The sum of |w| over the kept elements (float64), to compare masks. ``mask`` is a boolean
+    array of w's shape (SP0804 otherwise: an integer 0/1 array would index rows, silently)."""
+    array = as_host_array(w, "w")
+    keep = as_host_array(mask, "mask")
+    if keep.dtype != np.bool_:
+        raise SparsityError(SP_BAD_INPUT, f"mask must be a boolean array, got {keep.dtype}",
+                            help="pass the mask as bools (e.g. mask.astype(bool)), as transposable_mask_2_4 returns it")
+    if keep.shape != array.shape:
+        raise SparsityError(SP_BAD_INPUT, f"mask has shape {keep.shape}, but w has shape {array.shape}",
+                            help="pass one keep flag per element of w")
+    return float(np.abs(array.astype(np.float64))[keep].sum())

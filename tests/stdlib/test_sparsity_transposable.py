@@ -143,3 +143,24 @@ def test_nan_beats_inf_in_a_column_as_in_pruning_along_it() -> None:
     assert_transposable(mask)
     np.testing.assert_array_equal(mask[:, 0], S.prune_mask_2_4(w, axis=0)[:, 0])
     np.testing.assert_array_equal(mask[:, 0], [True, False, False, True])
+
+
+def test_kept_magnitude_reads_the_mask_as_a_mask() -> None:
+    """An integer 0/1 mask was used as numpy's fancy index (rows 0 and 1, repeated): 288 for a
+    mask keeping 68, silently; a mask of another shape or a float mask stopped at numpy's
+    IndexError. A boolean mask of w's shape is required (SP0804); a list of bools or a torch bool
+    tensor is read as a mask."""
+    w = np.arange(16, dtype=np.float32).reshape(4, 4) + 1
+    mask = S.transposable_mask_2_4(w)
+    expected = float(np.abs(w.astype(np.float64))[mask].sum())
+    assert S.kept_magnitude(w, mask) == S.kept_magnitude(w, mask.tolist()) == expected
+    for bad, message in [(mask.astype(np.int64), "mask must be a boolean array, got int64"),
+                         (mask.astype(np.float32), "mask must be a boolean array, got float32"),
+                         (mask[:2], "mask has shape (2, 4), but w has shape (4, 4)"),
+                         (mask[:, :3], "mask has shape (4, 3), but w has shape (4, 4)")]:
+        with pytest.raises(S.SparsityError) as info:
+            S.kept_magnitude(w, bad)
+        assert info.value.code == "SP0804"
+        assert info.value.message == message
+    torch = pytest.importorskip("torch")
+    assert S.kept_magnitude(torch.tensor(w), torch.tensor(mask)) == expected
