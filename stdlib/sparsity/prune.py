@@ -125,14 +125,16 @@ def element_ranks(array: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     rule pruning keeps elements by, so that other rankings, such as the transposable masks', agree
     with it): class :data:`NAN` above :data:`INFINITE` (±inf) above :data:`NUMBER` (int8; integers
     are numbers), and |x| as float64 for numbers (in the array's own type for a float wider than
-    float64, :func:`is_wide_float`; 0.0 for NaN and ±inf; -0.0 is 0.0). Only NaN
+    float64, :func:`is_wide_float`; Python ints where an integer passes 2**53; 0.0 for NaN and
+    ±inf; -0.0 is 0.0). Only NaN
     payloads, which pruning also orders among NaNs, are not kept."""
     if is_wide_float(array.dtype):  # (magnitudes in their own precision: float64 would round them together)
         nan, inf = np.isnan(array), np.isinf(array)
         return nan.astype(np.int8) * 2 + inf, np.where(nan | inf, 0, np.abs(array))
     keys = np.ascontiguousarray(unit_keys(array, 1))
-    if array.dtype.kind in "biu":
-        return np.zeros(array.shape, np.int8), keys.astype(np.float64)
+    if array.dtype.kind in "biu":  # (Python ints past 2**53, where float64 would round magnitudes together)
+        exact = keys.size and int(keys.max()) > 2**53
+        return np.zeros(array.shape, np.int8), keys.astype(object if exact else np.float64)
     special = keys >= INF_KEY
     if not special.any():  # (the common case: one pass, the keys' bits are |x|)
         return np.zeros(array.shape, np.int8), keys.view(np.float64)

@@ -89,7 +89,7 @@ def transposable_mask_2_4(w: Any) -> np.ndarray:
     rows, cols = array.shape
     mp, kp = -(-rows // 4) * 4, -(-cols // 4) * 4
     element_classes, element_mags = element_ranks(array)  # |x| of numbers; NaN, ±inf by class
-    mags = np.zeros((mp, kp), dtype=element_mags.dtype)  # (float64; np.longdouble's own, summed in it)
+    mags = np.zeros((mp, kp), dtype=element_mags.dtype)  # (float64; np.longdouble's own or Python ints, exact)
     classes = np.zeros((mp, kp), dtype=np.int8)
     classes[:rows, :cols], mags[:rows, :cols] = element_classes, element_mags
     blocks = mags.reshape(mp // 4, 4, kp // 4, 4).transpose(0, 2, 1, 3).reshape(-1, 16)

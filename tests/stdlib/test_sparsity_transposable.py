@@ -164,3 +164,18 @@ def test_kept_magnitude_reads_the_mask_as_a_mask() -> None:
         assert info.value.message == message
     torch = pytest.importorskip("torch")
     assert S.kept_magnitude(torch.tensor(w), torch.tensor(mask)) == expected
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64])
+def test_a_transposable_mask_ranks_large_integers_exactly(dtype: type) -> None:
+    """Integer magnitudes past 2**53 were ranked as float64 (2**60 and 2**60 + 1 alike), so every
+    pattern summed alike and the first won; pruning ranks them exactly (as uint64), and so do
+    transposable masks now."""
+    for index in (17, 89):
+        bump = PATTERNS[index].reshape(4, 4)
+        w = np.full((4, 4), 2**60, dtype) + bump.astype(dtype)
+        expected = bump
+        if dtype is np.int64:
+            w, expected = np.vstack([w, -w]), np.vstack([bump, bump])
+        np.testing.assert_array_equal(S.transposable_mask_2_4(w), expected)
+        np.testing.assert_array_equal(S.prune_transposable_2_4(w), np.where(expected, w, 0))
