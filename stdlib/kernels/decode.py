@@ -380,7 +380,19 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     base = plan_sparse_linear(values, meta, x, interpret=interpret, target="sm_90a", num_sms=num_sms,
                               split_k=1, kernel="gemm", _quantized_in_kernel=True, _feature_major=feature_major,
                               **linear)
-    if base.k_padded == 0 or base.m == 0 or base.t == 0:
+    if split_k is not None and (not isinstance(split_k, int) or isinstance(split_k, bool)
+                                or not 1 <= split_k <= MAX_SPLIT):
+        raise bad_input(f"split_k of the decode kernel must be an integer from 1 to {MAX_SPLIT}, got {split_k!r}")
+    if bm is not None and (type(bm) is not int or bm not in DECODE_BMS):
+        raise bad_input(f"bm of the decode kernel must be one of {', '.join(map(str, DECODE_BMS))}, got {bm!r}",
+                        help="128: two consumer warpgroups per CTA; 64: one, and twice the CTAs; 256: four, "
+                        "each step's x serving twice the rows", code=SP_DECODE)
+    bad_stages = stages is not None and (not isinstance(stages, int) or isinstance(stages, bool)
+                                         or not 2 <= stages <= MAX_STAGES)
+    if base.k_padded == 0 or base.m == 0 or base.t == 0:  # (after the arguments' checks: a shipped plan)
+        if bad_stages:  # (the range only: no ring to measure)
+            raise bad_input(f"stages of the decode kernel must be an integer from 2 to {MAX_STAGES} whose ring fits "
+                            f"in {SMEM_PER_CTA // 1024} KB of shared memory, got {stages!r}")
         if feature_major:  # the base plan would store y = (T, N_out)
             raise bad_input(f"a feature-major decode plan needs M, N and K above 0, got {base.m} x {base.t} x {base.k}",
                             help="sparse_matmul handles empty problems without a launch", code=SP_DECODE)
@@ -392,13 +404,6 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
     if base.t > DECODE_MAX_T:
         raise bad_input(f"the decode kernel takes at most {DECODE_MAX_T} tokens, got {base.t}",
                         help="plan it with plan_sparse_linear (kernel unset or 'gemm') for more tokens", code=SP_DECODE)
-    if split_k is not None and (not isinstance(split_k, int) or isinstance(split_k, bool)
-                                or not 1 <= split_k <= MAX_SPLIT):
-        raise bad_input(f"split_k of the decode kernel must be an integer from 1 to {MAX_SPLIT}, got {split_k!r}")
-    if bm is not None and (type(bm) is not int or bm not in DECODE_BMS):
-        raise bad_input(f"bm of the decode kernel must be one of {', '.join(map(str, DECODE_BMS))}, got {bm!r}",
-                        help="128: two consumer warpgroups per CTA; 64: one, and twice the CTAs; 256: four, "
-                        "each step's x serving twice the rows", code=SP_DECODE)
     sms = num_sms or planned_sm_count(interpret)
     asked = (split_k, stages)  # the caller's, which the resident x's rule keeps
     source = "heuristic" if split_k is None and stages is None and bm is None else "explicit"
@@ -418,8 +423,6 @@ def plan_sparse_decode(values: Any, meta: Any, x: Any, *, split_k: int | None = 
         split_k = 1  # the heuristic's or a (non-persistent) table entry's
     if source == "heuristic":  # (no table entry either)
         bm = heuristic_bm(base.m, base.t, sms)
-    bad_stages = stages is not None and (not isinstance(stages, int) or isinstance(stages, bool)
-                                         or not 2 <= stages <= MAX_STAGES)
     cfg = choose_decode_config(base.m, base.t, base.k_padded, base.choice, sms, split_k,
                                None if bad_stages else stages, bm or DECODE_BM, is_gated(base.activation))
     eb = base.choice.elem_bytes

@@ -390,6 +390,29 @@ def test_empty_k_keeps_the_shipped_plan():
     np.testing.assert_array_equal(y, np.tile(np.maximum(bias, 0).astype(np.float16), (3, 1)))
 
 
+@pytest.mark.parametrize("m,k", [(20, 0), (0, 64)], ids=["k0", "m0"])
+@pytest.mark.parametrize("kw,code,message", [
+    ({"split_k": 0}, "SP0804", "split_k of the decode kernel must be an integer from 1 to 16, got 0"),
+    ({"split_k": True}, "SP0804", "split_k of the decode kernel must be an integer from 1 to 16, got True"),
+    ({"split_k": 2.0}, "SP0804", "split_k of the decode kernel must be an integer from 1 to 16, got 2.0"),
+    ({"bm": 7}, "SP0860", "bm of the decode kernel must be one of 128, 64, 256, got 7"),
+    ({"stages": 1}, "SP0804", "stages of the decode kernel must be an integer from 2 to 8 whose ring fits in 227 KB "
+                              "of shared memory, got 1"),
+], ids=["split0", "split-bool", "split-float", "bm", "stages"])
+def test_an_empty_problem_checks_the_decode_arguments(m, k, kw, code, message):
+    """An empty problem (K = 0 or no rows) returned the shipped plan before the decode kernel's own
+    arguments were checked: ``sparse_linear(..., split_k=0)`` with T <= 64 computed the bias (and
+    tests/stdlib/test_linear_properties' illegal-argument property found it: no diagnostic),
+    where the same call with K > 0, or sparse_matmul's, is SP0804."""
+    from sparsile.stdlib.sparsity import encode_metadata
+
+    meta = encode_metadata(np.zeros((m, k // 4, 2), np.uint8), "sm90", "f16", k=k)
+    values, x = np.zeros((m, k // 2), np.float16), np.ones((3, k), np.float16)
+    assert _code_message(lambda: plan_sparse_decode(values, meta, x, interpret=True, **kw)) == (code, message)
+    if "split_k" in kw:
+        assert _code_message(lambda: sparse_linear(values, meta, x, interpret=True, **kw)) == (code, message)
+
+
 def test_argument_errors_have_codes():
     weight, x = problem("f16", 32, 4, 64, seed=9)
     _, x65 = problem("f16", 32, 65, 64, seed=9)
