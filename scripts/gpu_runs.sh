@@ -3,7 +3,8 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
-#   bash scripts/gpu_runs.sh a63              # next: on an H200 issue 12's T <= 16 rows in three passes (rows61), then a62's GPU files
+#   bash scripts/gpu_runs.sh a64              # next: on an H200 issue 12's rows (three passes), then the fifty-sixth session's merges on the GPU and its CPU torch files under the device's torch
+#   bash scripts/gpu_runs.sh a63              # (ran at 71ab3e5 on an H100: 397 passed) on an H200 issue 12's T <= 16 rows in three passes (rows61), then a62's GPU files
 #   bash scripts/gpu_runs.sh a62              # torch55c's torch GPU files, then on an H200 issue 12's rows in one pass
 #   bash scripts/gpu_runs.sh rows61           # on an H200 only: issue 12's T <= 16 rows (its acceptance)
 #   bash scripts/gpu_runs.sh a61              # (ran at 8f26de0 on an H100: 342 passed) a60 plus the fifty-fifth session's GPU files, then on an H200 issue 12's rows
@@ -487,6 +488,23 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
     run 340 python benchmarks/bench_llama.py --layers 32 --modes graph \
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
+    ;;
+a64)  # the fifty-sixth session's merges: on an H200 issue 12's acceptance (three passes) first; then defaults56 (Python's
+     # default values typed as at a launch, builtin dtypes), torch56 (fullgraph compiled autograd, FX, parametrize
+     # guard) and review56 (prepared-launch scalars, safetensors of torch tensors) on the GPU, and torch56's CPU
+     # files under the device's torch (its dynamo frame strategy is a private API)
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        run 300 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+            --passes 3 --json "$out/linear-passes-64.json"
+    fi
+    run 200 python -m pytest -q -m gpu -n 8 --timeout 150 -rfEs --dist worksteal --junitxml="$out/junit-a64.xml" \
+        tests/gpu/test_torch_autograd_gpu.py tests/gpu/test_torch_training_gpu.py tests/gpu/test_torch_linear_gpu.py \
+        tests/gpu/test_empty_grid_gpu.py tests/gpu/test_fuzz_fixes_gpu.py tests/gpu/test_pdl_gpu.py \
+        tests/gpu/test_numpy_scalar_args_gpu.py tests/gpu/test_prepared_scalar_types_gpu.py tests/frontend \
+        tests/stdlib/test_sparsity_gpu.py tests/stdlib/test_cupy_devices.py tests/stdlib/test_decode_api.py
+    run 150 python -m pytest -q -n 8 -rfE tests/integrations/test_torch_compiled_autograd.py \
+        tests/integrations/test_torch_fx_trace.py tests/integrations/test_torch_parametrize_guard.py \
+        tests/integrations/test_torch_autograd_writes.py tests/integrations/test_safetensors.py
     ;;
 a63)  # the fifty-sixth session's first call: on an H200 issue 12's acceptance (rows61's three passes) first, then a62's
      # GPU files (torch55c's op changes, tidy55's transposable pruning kernel, prepared scalar types)
