@@ -8,6 +8,9 @@ two graphs may be replayed at once on two streams (or one graph on a side stream
 run): so each capture plans a record of its own, whose scratch is allocated inside the capture (in
 that graph's memory pool), instead of reusing the eager record of its stream or another graph's;
 it is kept as long as that graph (graph_life.py).
+An eager record with scratch for a stream somebody else owns is kept under that stream's driver id
+as well (:func:`foreign_key`): a stream created later under the handle of a destroyed one is another
+stream, and gets a record of its own (noted_streams.py).
 Not while torch.compile's CUDA graph trees record a graph: they refuse allocations left in their
 pool that are not outputs, share that pool between the graphs of a tree (which replay one at a
 time), and warm up on the stream they capture on, so the warm-up's record is reused there as
@@ -22,6 +25,8 @@ import sys
 from ._kernels import capture_id
 
 TREES = "torch._inductor.cudagraph_trees"
+FOREIGN = "stream"
+"""The tag of :func:`foreign_key`'s last member."""
 _UNKNOWN = itertools.count()  # captures whose id could not be read: a record of their own per call
 
 
@@ -60,3 +65,25 @@ def scratch_key(key: tuple, stream: int, off_pool: bool) -> tuple:
 def is_capture_key(key: tuple) -> bool:
     """Whether a record stored at ``key`` is one capture's own (:func:`scratch_key` inside a capture)."""
     return bool(key) and isinstance(key[-1], tuple) and key[-1][:1] == ("capture",)
+
+
+def foreign_key(key: tuple, stream: int, sid: int | None) -> tuple:
+    """Where an eager record that owns scratch is kept for calls of ``key`` on ``stream``, a stream
+    somebody else owns whose driver id is ``sid`` (noted_streams.stream_id; None where the driver
+    does not say: the handle alone decides then, as for other streams): ``(*key, stream, ("stream", sid))``."""
+    return (*key, stream, (FOREIGN, sid))
+
+
+def foreign_id(stored: tuple) -> tuple[bool, int | None]:
+    """(whether ``stored`` is a :func:`foreign_key`, the stream id it names)."""
+    last = stored[-1] if stored else None
+    if isinstance(last, tuple) and len(last) == 2 and last[0] == FOREIGN:
+        return True, last[1]
+    return False, None
+
+
+def per_stream(stored: tuple, key: tuple, stream: int) -> bool:
+    """Whether a record stored at ``stored`` is the eager record with scratch of ``key`` on ``stream``:
+    ``(*key, stream)``, or a :func:`foreign_key` of them."""
+    n = len(key) + 1
+    return stored[:n] == (*key, stream) and (len(stored) == n or (len(stored) == n + 1 and foreign_id(stored)[0]))

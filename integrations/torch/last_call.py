@@ -8,10 +8,12 @@ time on the H200 (benchmarks/RESULTS.md, sixteenth session). A layer keeps what 
 (the record and the call's x shape, dtype, device and stream) and a call that matches it launches the
 record's native launch directly, after the checks that can change between calls: whether the
 record is still the last one its cache ran (a cleared cache, another call through it), torch's
-current stream, a CUDA-graph capture, records of the cache waiting to be filled (planned in a capture),
-records of captures whose free waits for a capture's end (capture_frees.py: any cache's), a
-CUDA graph destroyed whose own records the cache keeps (graph_life.py: one read of the counter its
-destroy callback raises, only where the cache holds such records), an in-place write to the weight
+current stream (and, for a record with scratch on a stream somebody else owns, the driver's id of that
+stream: a stream created under a destroyed one's handle is another, noted_streams.py), a CUDA-graph
+capture, records of the cache waiting to be filled (planned in a capture), records of captures whose
+free waits for a capture's end (capture_frees.py: any cache's), a CUDA graph destroyed whose own
+records the cache keeps (graph_life.py: one read of the counter its destroy callback raises, only
+where the cache holds such records), an in-place write to the weight
 (its version counters), and x contiguous, 16-byte aligned and no lazy negation
 (``torch._neg_view(x)``, ``z.conj().imag``: its memory holds the values before it). Anything else
 returns None, and the caller takes the full path, which handles it and leaves a new
@@ -29,7 +31,9 @@ import torch
 
 from ._kernels import LaunchRecord, capturing
 from .capture_frees import HELD
+from .capture_keys import foreign_id, per_stream
 from .graph_launch import GraphReplays
+from .noted_streams import stream_id
 
 _version = operator.attrgetter("_version")  # a tensor's version counter
 
@@ -41,7 +45,7 @@ class LastCall:
     module docstring), nothing launched."""
 
     __slots__ = ("cache", "counter", "device", "dtype", "entry", "record", "replays", "seen", "shape", "stream",
-                 "stream_of", "y_like")
+                 "stream_id", "stream_of", "y_like")
 
     def __init__(self, cache: Any, entry: tuple[LaunchRecord, int], x: torch.Tensor, stream_of: Callable[[], int],
                  releases: tuple[Any, int] = (None, 0)):
@@ -60,6 +64,9 @@ class LastCall:
         # :meth:`of`); a call through the cache (a capture, which ties records) ends this last call, so a
         # cache without them needs no look
         self.counter, self.seen = releases
+        # a record with scratch on a stream somebody else owns: that stream's driver id (capture_keys.foreign_key),
+        # compared at each call (a new stream under the handle of a destroyed one has another); else None
+        self.stream_id = foreign_id(record.key)[1]
 
     @classmethod
     def of(cls, cache: Any, x: torch.Tensor, stream_of: Callable[[], int], key: tuple | None = None
@@ -72,7 +79,7 @@ class LastCall:
         if last is None or not x.is_contiguous():
             return None
         record = last[0]
-        if key is not None and record.key != key and record.key != (*key, last[1]):
+        if key is not None and record.key != key and not per_stream(record.key, key, last[1]):
             return None
         if record.native is None or record.unfilled or record.shape[0] != x.numel() // max(1, x.shape[-1]):
             return None
@@ -96,6 +103,9 @@ class LastCall:
         if native is None or cache.last is not self.entry or cache.unfilled or HELD or self.stream_of() != stream \
                 or (stream and capturing()) or (counter is not None and counter.value != self.seen):
             return None
+        sid = self.stream_id  # (asked of torch's current stream, not capturing: alive)
+        if sid is not None and stream_id(stream) != sid:
+            return None  # another stream under the handle: the full path plans it a record of its own
         tracked = record.tracked
         if tracked is not None and tuple(map(_version, tracked)) != record.versions:
             return None  # the weight was written: the full path refreshes or replaces the record

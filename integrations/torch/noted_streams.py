@@ -25,6 +25,17 @@ mean the same stream then.
   capture streams of ``torch.cuda.graph``: torch never destroys them; their stream ids are odd,
   c10/cuda/CUDAStream.cpp, "StreamId assignment"). Any other is *foreign*: named only while it is
   the calling thread's current stream (in use right now, so alive), never from a note.
+
+A foreign stream's handle names no stream for good: once its owner destroys it, the driver may give
+the same handle value to a stream created later. Where a record owns scratch for one stream (a split-K
+workspace, an e4m3 record's quantized x: capture_keys.py) the handle alone would let the new stream
+find the old stream's record and share its scratch with work the old stream may still run. So such a
+record is kept under the driver's id of its stream as well (:func:`stream_id`, ``cuStreamGetId``:
+unique for the life of the program), asked of the call's own stream only (the calling thread's
+current one: alive), never during a capture. Lasting streams are never asked: their handles are
+never freed, so never reused. Marks and waits stay by handle: torch's allocator records a free's event
+on whichever stream has the handle then, and a PDL record's waits name only lasting streams and the
+current one (a write queued on a new stream under an old handle shows in the weight's version counters).
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from cuda.bindings import driver
 
 from ...backend.runtime.capture_mode import LEGACY_HANDLES, PER_THREAD_HANDLE
 
@@ -69,3 +81,27 @@ def waited_as(stream: int) -> int:
     stream, which the legacy stream waits for, whichever thread queued the work); ``stream`` itself
     otherwise."""
     return LEGACY_STREAM if stream in LEGACY_HANDLES or stream == PER_THREAD_HANDLE else stream
+
+
+def _cuda_stream_id(stream: int) -> int | None:
+    """``cuStreamGetId`` of the handle ``stream``; None where the driver gives none (a driver or
+    binding before CUDA 12, no driver library, an error)."""
+    try:
+        err, sid = driver.cuStreamGetId(driver.CUstream(stream))
+    except Exception:
+        return None
+    return int(sid) if err == driver.CUresult.CUDA_SUCCESS else None
+
+
+_STREAM_ID: Callable[[int], int | None] = _cuda_stream_id
+"""stream handle -> the driver's id of that stream, or None; tests stand in for it (their streams are small ints)."""
+
+
+def stream_id(stream: int) -> int | None:
+    """The driver's id of the stream ``stream`` names now (unique for the life of the program, so a
+    stream created under a destroyed stream's handle has another), or None where the driver does not
+    say (the caller then goes by the handle alone, as before). Ask only of a live stream that is not
+    capturing: the calling thread's current stream outside a capture (a destroyed handle given to the
+    driver is undefined behaviour; a capturing stream refuses the question). One driver call, no
+    cache: nothing tells when a handle's stream is destroyed."""
+    return _STREAM_ID(stream)

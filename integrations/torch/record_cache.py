@@ -16,7 +16,8 @@ from ..errors import SP_STALE_CAPTURE, IntegrationError
 from . import graph_life
 from ._kernels import LaunchRecord, capture_id, capturing, pdl_wanted, stream_getter
 from .capture_frees import HELD, CaptureRecord, drop_held
-from .capture_keys import is_capture_key, scratch_key
+from .capture_keys import foreign_key, is_capture_key, scratch_key
+from .noted_streams import stream_id
 from .optimizer_steps import AfterStep, bump_unless_written, watch_optimizer_steps
 from .weight import Weight, same_binding, storage_key, weight_versions
 
@@ -97,6 +98,9 @@ class RecordCache:
         self._streams: dict[int, Callable[[], int]] = {}  # device ordinal -> torch's current-stream getter
         # (the record the last call ran, its stream): what a layer's LastCall keeps (last_call.py)
         self.last: tuple[LaunchRecord, int] | None = None
+        # handles of streams somebody else owns that a record with scratch was planned for here: their eager
+        # records with scratch are kept under the stream's driver id too (capture_keys.foreign_key)
+        self.foreign: set[int] = set()
 
     def clear(self) -> None:
         """Drop every record; those a CUDA graph captured stay (retired) while their weight lives."""
@@ -370,6 +374,8 @@ class RecordCache:
         # a record with scratch (workspace, quantized x) per stream, and inside a capture per capture (capture_keys.py)
         own = (*key, stream) if not in_capture else scratch_key(key, stream, off_pool)
         if record is None:
+            if not in_capture and stream in self.foreign:  # a stream somebody else owns: by its driver id too
+                own = foreign_key(key, stream, stream_id(stream))
             found = own
             record = records.get(found)
         if record is None and self.retired:
@@ -388,6 +394,11 @@ class RecordCache:
             # frees (capture_frees.py), whatever lets go of it (a collected weight, cache or layer, a release)
             record = (CaptureRecord if in_capture else LaunchRecord)(
                 x, w, scale_x, out_dtype, off_pool, stream, quantize, self.pdl and pdl_wanted(x.device), static)
+            if record.owns_workspace and not in_capture and stream in record.foreign and own == (*key, stream):
+                # (its first record on this handle: a stream created later under the same handle, once
+                # its owner destroyed this one, is another stream, with a record of its own)
+                self.foreign.add(stream)
+                own = foreign_key(key, stream, stream_id(stream))
             record.key = stored = own if record.owns_workspace else key
             record.owner = weakref.ref(w.values, functools.partial(_dropped_from, weakref.ref(self), stored))
             records[stored] = record

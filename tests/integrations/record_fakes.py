@@ -159,6 +159,8 @@ def fake(monkeypatch) -> Iterator[FakeDriver]:
     monkeypatch.setattr(stream_waits, "_CAPTURING", lambda stream: driver.capturing_streams.get(stream, False))
     monkeypatch.setattr(capture_mode, "_IS_CAPTURING", lambda stream: False)
     monkeypatch.setattr(noted_streams, "_TORCH_CREATED", lambda stream, ordinal: stream not in driver.foreign_streams)
+    # nor asked for a foreign stream's id (a record with scratch there: capture_keys.foreign_key); None: not known
+    monkeypatch.setattr(noted_streams, "_STREAM_ID", lambda stream: None)
     # likewise no graph replays of a last call (graph_launch.py): the real libcuda would capture the fake
     # native launch and launch it on a fake stream; tests of them turn them on with a fake graph driver
     monkeypatch.setenv(graph_launch.ENV, "0")
