@@ -5,13 +5,13 @@ A record planned inside a capture allocated its tensors (scratch, padded copies,
 that capture. With torch's ``cudaMallocAsync`` allocator such a tensor is freed by ``cudaFreeAsync``
 on the stream it was allocated on (torch.cuda.graph's capture stream, shared by its graphs): freed
 while a capture is under way there, the free becomes a node of that capture's graph, and each
-replay frees the memory again (memory corruption, illegal addresses). The collect of destroyed
-graphs' records waits for such captures (graph_life.py), but a record also goes when its weight is
-collected (``RecordCache._dropped``, a weakref callback that runs at any allocation, on any thread,
-inside a capture too), when its cache is collected with its layer (by the garbage collector, where no
-callback runs), or when a layer's last call lets go of it. So a capture's record is a
-:class:`CaptureRecord`, whose finalizer, whatever let go of it, keeps it (in :data:`HELD`) where
-freeing it now would put frees into a capture (:func:`must_wait`), and :func:`drop_held` lets it go
+replay frees the memory again (memory corruption, illegal addresses). A record goes when its graph is
+destroyed (the cache's collect, graph_life.py: in a capture too), when its weight is collected
+(``RecordCache._dropped``, a weakref callback that runs at any allocation, on any thread, inside a
+capture too), when its cache is collected with its layer (by the garbage collector, where no callback
+runs), or when a layer's last call lets go of it. So a capture's record is a :class:`CaptureRecord`,
+whose finalizer, whatever let go of it, keeps it (in :data:`HELD`) where freeing it now would put
+frees into a capture (:func:`must_wait`), and :func:`drop_held` lets it go
 at the next call of any cache outside a capture (``RecordCache.run``'s full path, not a layer's
 last-call fast path, which falls through while any is held), or at the end of the next garbage
 collection (a ``gc.callbacks`` hook, :func:`_after_collection`, put in place by the first hold), once
@@ -31,7 +31,13 @@ objects, tensors among them); one that allocates none keeps them until it ends. 
 safe a point as a call: it runs on some thread at some allocation, a capture's included, as the
 weakref callbacks and finalizers that hold records already do, and :func:`must_wait` asks the same
 questions there (that thread's capture, the noted capture streams, the record's ``marked`` streams). With
-torch's native allocator nothing is held (a freed block goes back to its pool, as before)."""
+torch's native allocator nothing is held (a freed block goes back to its pool, as before).
+
+This is the one hold of sparsile.torch under ``cudaMallocAsync``. Before, the collect of destroyed
+graphs' records had one of its own, asking the same questions: it left such a record in its cache
+(and the graph's release pending) while a capture was under way, and no layer's fast path was made
+meanwhile. Every record tied to a graph was planned in a capture, so it is a :class:`CaptureRecord`:
+the finalizer's hold already covered it, and the collect now drops it whatever captures are under way."""
 
 from __future__ import annotations
 

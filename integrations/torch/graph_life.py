@@ -82,7 +82,8 @@ def saw_capture(device: int) -> None:
 
 
 def may_drop_records(in_capture: bool) -> bool:
-    """Whether the records of destroyed graphs may be dropped (their tensors freed) now, on a thread
+    """Whether a record planned in a capture may be freed now (capture_frees.must_wait asks, whatever
+    let go of it: a destroyed graph's collect, a collected weight, cache or layer), on a thread
     whose current stream captures (``in_capture``) or not. With torch's native allocator always
     (:func:`frees_in_capture`). With ``cudaMallocAsync`` only while no capture is under way in the
     process, as far as sparsile can know (the calling thread's, and the captures on streams it saw
@@ -90,9 +91,9 @@ def may_drop_records(in_capture: bool) -> bool:
     freed allocation of an earlier capture is ``cudaFreeAsync``-ed on the stream it was allocated on
     (torch.cuda.graph's capture stream, shared by its graphs) and that stream joined into the capture
     at its end. So an eager collect on thread A while thread B captured on that stream put the free
-    into B's graph (each replay freeing the memory again). Now the records wait, tied, for a call
-    after the capture (the collect is asked again at every call meanwhile: a layer's fast path does
-    not serve). A capture on a stream sparsile never saw capture (an external stream, or a first
+    into B's graph (each replay freeing the memory again). Now the records wait, held by their
+    finalizer, for a call or a garbage collection after the capture (a layer's fast path does not
+    serve meanwhile: capture_frees.py). A capture on a stream sparsile never saw capture (an external stream, or a first
     capture with no sparsile call in it yet) is not seen here; the stream each released record's
     tensors were allocated on is asked itself before it is dropped (:func:`frees_captured`)."""
     if frees_in_capture():
@@ -107,7 +108,7 @@ def frees_in_capture() -> bool:
     end). With ``cudaMallocAsync`` a tensor allocated in a capture is freed by ``cudaFreeAsync`` on
     the stream it was allocated on: torch.cuda.graph's capture stream is shared by its graphs, so
     inside the next capture that free would be captured into the new graph (freeing the memory at
-    each of its replays). There they are dropped at the cache's next call outside a capture."""
+    each of its replays). There they are held until no capture would take the frees (capture_frees.py)."""
     return _ALLOCATOR_BACKEND() != "cudaMallocAsync"
 
 
@@ -162,27 +163,21 @@ def frees_captured(record: Any) -> bool:
     capture on it. The per-thread default stream (2) is asked on the calling thread, whose
     per-thread stream is where torch's free on that handle from this thread goes (its
     ``record_stream`` marks are on the legacy stream: graph_pools.usage_stream). Where the driver
-    gives no answer the record is dropped, as before. Never with the native allocator
+    gives no answer the record is freed, as before. Never with the native allocator
     (:func:`frees_in_capture`)."""
     if frees_in_capture():
         return False
     return any(stream and stream_capturing(stream) for stream in tuple(record.marked))
 
 
-def _held(payload: tuple[Any, Any]) -> bool:
-    """Whether the record of a released ``payload`` (weak references to its cache and itself) is to
-    wait: alive, and dropping it now would put frees into a capture (:func:`frees_captured`)."""
-    record = payload[1]()
-    return record is not None and frees_captured(record)
-
-
 def released_records() -> list[tuple[Any, Any]]:
-    """(cache, record) of each record whose graph was destroyed since the last call, both alive; a
-    record whose drop would put frees into a capture under way (:func:`frees_captured`) is not among
-    them: it stays pending (:func:`released` stays True) for a later call."""
+    """(cache, record) of each record whose graph was destroyed since the last call, both alive. Each
+    is handed back whatever captures are under way: a record tied to a graph was planned in a capture,
+    so it is a ``CaptureRecord``, whose finalizer holds it where its frees would be captured
+    (capture_frees.must_wait: :func:`may_drop_records`, :func:`frees_captured`)."""
     releases = _RELEASES()
     pairs = []
-    for cache_ref, record_ref in releases.collect(_held) if releases is not None else ():
+    for cache_ref, record_ref in releases.collect() if releases is not None else ():
         cache, record = cache_ref(), record_ref()
         if cache is not None and record is not None:
             pairs.append((cache, record))

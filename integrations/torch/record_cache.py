@@ -247,24 +247,19 @@ class RecordCache:
         if record is not None and record.owner is owner:
             self.tied.discard(id(record))
 
-    def _collect_released(self, in_capture: bool) -> None:
+    def _collect_released(self) -> None:
         """Drop the records of destroyed graphs (:meth:`graphs_released`) where any graph was destroyed,
         after noting the release counter's value (``releases_seen``): a layer's fast path compares it
-        (one memory read), so that a graph destroyed from now on sends its next call here. Where they
-        may not be dropped now (:func:`~.graph_life.may_drop_records`: a capture under way with torch's
-        ``cudaMallocAsync`` allocator) nothing is dropped and ``releases_seen`` is left unread (None):
-        no fast path is made meanwhile, so each call comes back here until they are dropped."""
+        (one memory read), so that a graph destroyed from now on sends its next call here. Inside a
+        capture too: with torch's ``cudaMallocAsync`` allocator a dropped record whose tensors may not be
+        freed now (a capture under way would take the frees) is held by its finalizer, as any capture's
+        record let go of then (capture_frees.py), and the fast paths take the full path until it is freed."""
         counter = graph_life.release_counter()
         seen = (None, 0) if counter is None else (counter, counter.value)  # (read before looking: a graph
         released = counter is not None and graph_life.released()           # destroyed after it is seen later)
-        if released and not graph_life.may_drop_records(in_capture):
-            self.releases_seen = None
-            return
         self.releases_seen = seen
         if released:
             self.graphs_released()
-            if graph_life.released():  # some wait: their own stream captures (graph_life.frees_captured)
-                self.releases_seen = None  # (no fast path meanwhile: each call collects again)
 
     def graphs_released(self) -> None:
         """Drop the records tied to a CUDA graph that is destroyed now (graph_life.py), in this
@@ -272,12 +267,14 @@ class RecordCache:
         (a later capture plans its own; an eager call uses the eager record). A record planned in a
         capture without scratch that an eager call filled since (``_fill``) is every call's now: it
         stays. Their tensors go back to torch's allocator: the driver released the graph after its
-        launches were complete, so nothing reads them. Inside a capture too, with torch's native
-        allocator (:func:`~.graph_life.frees_in_capture`; what dropping a record frees is legal
-        there, as when a weakref callback drops one mid-capture: torch's allocator caches the
-        tensors' blocks, sparsile's driver resources are released at a later safe point,
-        backend/runtime/release.py): none of these records is the capture's (a record planned in a
-        capture is tied to that capture's graph, which is not destroyed before the capture ends)."""
+        launches were complete, so nothing reads them. Inside a capture too (with torch's native
+        allocator what dropping a record frees is legal there, as when a weakref callback drops one
+        mid-capture: torch's allocator caches the tensors' blocks, sparsile's driver resources are
+        released at a later safe point, backend/runtime/release.py; with ``cudaMallocAsync`` each of
+        these records, planned in a capture, is a ``CaptureRecord``, whose finalizer holds it while
+        its frees would be captured: capture_frees.py): none of these records is the capture's (a
+        record planned in a capture is tied to that capture's graph, which is not destroyed before
+        the capture ends)."""
         for cache, record in graph_life.released_records():
             cache.release(record)
 
@@ -359,11 +356,11 @@ class RecordCache:
         in_capture = capturing()
         if in_capture:  # its stream noted (torch's own): a later capture on it is seen by other threads' collects
             graph_life.saw_capture(x.get_device())
-        # graphs destroyed: their own records dropped (in a capture too, where freeing their tensors is legal:
-        # captures with no eager call between them kept one record per capture; not while any capture is under
-        # way with cudaMallocAsync: graph_life.may_drop_records)
+        # graphs destroyed: their own records dropped (in a capture too: captures with no eager call between them
+        # kept one record per capture; with cudaMallocAsync their finalizer holds what a capture would take the
+        # frees of: capture_frees.py)
         if self.tied:
-            self._collect_released(in_capture)
+            self._collect_released()
         if self.unfilled and not in_capture:  # records planned in a capture: filled before any eager call
             self._fill()
         if HELD and not in_capture:  # records of captures freed meanwhile, held while a capture was under way

@@ -677,13 +677,15 @@ def test_a_last_call_made_while_another_thread_ties_the_cache_s_first_record(fak
     assert last is None or (last(x) is None and len(fake.launches) == launched)
 
 
-def test_under_torch_s_cuda_malloc_async_backend_a_capture_drops_no_record(fake, graphs, monkeypatch):
+def test_under_torch_s_cuda_malloc_async_backend_a_capture_frees_no_record(fake, graphs, monkeypatch, held):
     """With torch's ``cudaMallocAsync`` allocator a tensor allocated in a capture (a capture's record's
     scratch) freed while another capture is under way is ``cudaFreeAsync``-ed on the stream it was
     allocated on: torch.cuda.graph's shared capture stream, capturing now, so the free would become a
     node of the new graph (each replay freeing that memory again). So there a destroyed graph's
-    record is dropped at the cache's next call outside a capture, not inside one (before: inside
-    capture 32, as with the native allocator, whose freed blocks only go back to their pool)."""
+    record dropped inside a capture is held (capture_frees.py: the finalizer of a capture's record)
+    and freed at the cache's next call outside a capture (before the hold: freed inside capture 32, as
+    with the native allocator, whose freed blocks only go back to their pool; before the holds were
+    one: kept in the cache until that call)."""
     _api(fake, monkeypatch)
     monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: "cudaMallocAsync", raising=False)
     cache, w = RecordCache(), _weight()
@@ -692,17 +694,18 @@ def test_under_torch_s_cuda_malloc_async_backend_a_capture_drops_no_record(fake,
     _capture(fake, monkeypatch, 31)
     _call(cache, w, x)
     first = cache.records[(*KEY, 7, ("capture", 31))]
+    tensors = _capture_s_tensors(first)
+    first = weakref.ref(first)
     graphs.destroy(1031)
     _capture(fake, monkeypatch, 32)
-    _call(cache, w, x)  # inside capture 32: graph 1031's record stays (its tensors are not freed here)
-    assert cache.records[(*KEY, 7, ("capture", 31))] is first and id(first) in cache.tied
-    assert graph_life.released()
-    first = weakref.ref(first)
+    _call(cache, w, x)  # inside capture 32: graph 1031's record is dropped but held (its tensors not freed here)
+    assert (*KEY, 7, ("capture", 31)) not in cache.records and not graph_life.released()
+    assert list(held.values()) == [first()] and all(t() is not None for t in tensors)
     _capture(fake, monkeypatch, None)
-    _call(cache, w, x)  # outside a capture: dropped
-    assert (*KEY, 7, ("capture", 31)) not in cache.records and len(cache.tied) == 1 and not graph_life.released()
+    _call(cache, w, x)  # outside a capture: freed
+    assert not held and len(cache.tied) == 1
     gc.collect()
-    assert first() is None
+    assert first() is None and all(t() is None for t in tensors)
 
 
 @pytest.fixture
@@ -720,34 +723,37 @@ def other_captures(monkeypatch) -> set[int]:
 
 @pytest.mark.parametrize("backend", ["cudaMallocAsync", "native"])
 def test_an_eager_collect_waits_for_another_thread_s_capture_under_cuda_malloc_async(fake, graphs, monkeypatch,
-                                                                                      other_captures, backend):
+                                                                                      other_captures, held, backend):
     """Thread A's eager call after graph 1031 is destroyed, while thread B captures on stream 7 (torch's
     capture stream, where capture 31 ran and allocated the record's scratch): with ``cudaMallocAsync``
-    the record is not dropped (its tensors' ``cudaFreeAsync`` on stream 7 would land in B's graph), no
-    fast path serves meanwhile, and the first call after B's capture drops it. Before, A dropped it
-    (only A's own stream was looked at). With the native allocator it is dropped at once, as before."""
+    the record is dropped from the cache but held, its tensors not freed (their ``cudaFreeAsync`` on
+    stream 7 would land in B's graph), no fast path serves meanwhile, and the first call after B's
+    capture frees it. Before, A freed it (only A's own stream was looked at). With the native allocator
+    it is freed at once, as before."""
     from sparsile.integrations.torch.last_call import LastCall
 
     monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: backend)
     cache, w, x, captured = _captured_once(fake, monkeypatch)
+    tensors = _capture_s_tensors(captured())
     graphs.destroy(1031)
     other_captures.add(7)  # thread B's capture, on the stream capture 31 ran on
     _call(cache, w, x)
+    assert (*KEY, 7, ("capture", 31)) not in cache.records and not cache.tied
     if backend == "native":
-        assert (*KEY, 7, ("capture", 31)) not in cache.records and not cache.tied
+        assert captured() is None and not held
         return
-    assert cache.records[(*KEY, 7, ("capture", 31))] is captured() and id(captured()) in cache.tied
-    assert graph_life.released() and cache.releases_seen is None
-    assert LastCall.of(cache, x, lambda: 7, KEY) is None  # (each call collects again meanwhile)
+    assert list(held.values()) == [captured()] and all(t() is not None for t in tensors)
+    last = LastCall.of(cache, x, lambda: 7, KEY)
+    assert last is not None and last(x) is None  # (the fast path takes the full path meanwhile)
     _call(cache, w, x)
-    assert captured() is not None and id(captured()) in cache.tied
+    assert list(held.values()) == [captured()]
     other_captures.clear()  # B's capture ended
     _call(cache, w, x)
-    assert list(cache.records) == [(*KEY, 7)] and not cache.tied and not graph_life.released()
+    assert list(cache.records) == [(*KEY, 7)] and not held and not graph_life.released()
     last = LastCall.of(cache, x, lambda: 7, KEY)
     assert last is not None and last(x) is not None
     gc.collect()
-    assert captured() is None
+    assert captured() is None and all(t() is None for t in tensors)
 
 
 def test_only_torch_s_own_streams_are_noted_as_capture_streams(fake, graphs, monkeypatch, other_captures):
@@ -764,12 +770,12 @@ def test_only_torch_s_own_streams_are_noted_as_capture_streams(fake, graphs, mon
 
 
 def test_a_capture_stream_forgotten_after_a_look_without_answer_is_noted_again_by_its_next_capture(
-        fake, graphs, monkeypatch, other_captures):
+        fake, graphs, monkeypatch, other_captures, held):
     """The driver gave no answer about torch's capture stream 7 once (capture_mode forgets such a
     stream): the next sparsile call in a capture on stream 7 notes it again, so that a later capture
-    there (thread B's) is seen again, and an eager collect under cudaMallocAsync waits for it. Before,
-    graph_life kept its own set of the streams it had noted and never noted stream 7 again: B's
-    capture went unseen and the eager call dropped the record (its frees captured into B's graph)."""
+    there (thread B's) is seen again, and a record an eager collect drops under cudaMallocAsync is held
+    for it. Before, graph_life kept its own set of the streams it had noted and never noted stream 7
+    again: B's capture went unseen and the eager call freed the record (its frees captured into B's graph)."""
     from sparsile.backend.runtime import capture_mode
 
     monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: "cudaMallocAsync")
@@ -785,10 +791,10 @@ def test_a_capture_stream_forgotten_after_a_look_without_answer_is_noted_again_b
     graphs.destroy(1031)
     other_captures.add(7)  # thread B's capture on stream 7
     _call(cache, w, x)
-    assert cache.records[(*KEY, 7, ("capture", 31))] is captured() and id(captured()) in cache.tied
+    assert (*KEY, 7, ("capture", 31)) not in cache.records and list(held.values()) == [captured()]
     other_captures.clear()
     _call(cache, w, x)
-    assert (*KEY, 7, ("capture", 31)) not in cache.records and id(captured() or 0) not in cache.tied
+    assert not held and id(captured() or 0) not in cache.tied
 
 
 @pytest.mark.parametrize(("stream_id", "handle", "noted"), [
@@ -822,35 +828,37 @@ def _capture_s_tensors(record) -> list[weakref.ref]:
 
 
 def test_the_scenario_s_side_stream_call_during_another_thread_s_capture_frees_nothing_of_the_capture(
-        fake, graphs, monkeypatch, other_captures):
+        fake, graphs, monkeypatch, other_captures, held):
     """The GPU scenario (tests/gpu/test_capture_threads_gpu.py, ``_MALLOC_ASYNC``) on fakes: a record planned
     in capture 31 on torch's capture stream 7, its graph destroyed, thread B capturing on stream 7, and this
     thread's eager call on side stream 9 (a new per-stream record, a trim, no fast path): under cudaMallocAsync
-    nothing of capture 31's record is freed meanwhile (a free would be captured into B's graph); the first call
-    after B's capture drops it."""
+    nothing of capture 31's record is freed meanwhile (a free would be captured into B's graph: the record is
+    dropped from the cache and held); the first call after B's capture frees it."""
     monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: "cudaMallocAsync")
     cache, w, x, captured = _captured_once(fake, monkeypatch)
     tensors = _capture_s_tensors(captured())
     graphs.destroy(1031)
     other_captures.add(7)
     _side_call(cache, w, x)
-    assert LastCall.of(cache, x, lambda: 9, KEY) is None and cache.releases_seen is None
+    last = LastCall.of(cache, x, lambda: 9, KEY)
+    assert last is not None and last(x) is None  # (the full path meanwhile)
     gc.collect()
-    assert captured() is cache.records[(*KEY, 7, ("capture", 31))] and all(t() is not None for t in tensors)
+    assert list(held.values()) == [captured()] and all(t() is not None for t in tensors)
+    assert (*KEY, 7, ("capture", 31)) not in cache.records
     other_captures.clear()
     _side_call(cache, w, x)
-    assert (*KEY, 7, ("capture", 31)) not in cache.records and not cache.tied and not graph_life.released()
+    assert not held and not cache.tied and not graph_life.released()
     gc.collect()
     assert captured() is None and all(t() is None for t in tensors)
 
 
 def test_a_record_waits_while_its_own_capture_stream_captures_though_no_call_noted_that_stream(
-        fake, graphs, monkeypatch, other_captures):
+        fake, graphs, monkeypatch, other_captures, held):
     """Capture 31 ran on stream 7, which no sparsile call noted (an external stream: graph_life.saw_capture
     notes torch's own streams only; or a note the backend dropped after a look without answer), so
     captures_under_way() cannot see thread B's capture there. The record's tensors would still be
     ``cudaFreeAsync``-ed on stream 7 under cudaMallocAsync: graph_life.frees_captured asks about stream 7
-    itself, and the record waits (before: dropped, its frees captured into B's graph)."""
+    itself, and the record is held (before: freed, its frees captured into B's graph)."""
     from sparsile.backend.runtime import capture_mode
 
     monkeypatch.setattr(graph_life, "_ALLOCATOR_BACKEND", lambda: "cudaMallocAsync")
@@ -861,14 +869,15 @@ def test_a_record_waits_while_its_own_capture_stream_captures_though_no_call_not
     graphs.destroy(1031)
     other_captures.add(7)  # thread B's capture, on the stream capture 31 allocated on
     _side_call(cache, w, x)
-    assert cache.records[(*KEY, 7, ("capture", 31))] is captured() and id(captured()) in cache.tied
-    assert graph_life.released() and cache.releases_seen is None and LastCall.of(cache, x, lambda: 9, KEY) is None
+    assert (*KEY, 7, ("capture", 31)) not in cache.records and list(held.values()) == [captured()]
+    last = LastCall.of(cache, x, lambda: 9, KEY)
+    assert last is not None and last(x) is None  # (the full path meanwhile)
     _side_call(cache, w, x)  # (asked again at each call meanwhile)
     gc.collect()
     assert captured() is not None and all(t() is not None for t in tensors)
     other_captures.clear()  # B's capture ended
     _side_call(cache, w, x)
-    assert (*KEY, 7, ("capture", 31)) not in cache.records and not cache.tied and not graph_life.released()
+    assert not held and not cache.tied and not graph_life.released()
     last = LastCall.of(cache, x, lambda: 9, KEY)
     assert last is not None and last(x) is not None
     gc.collect()
