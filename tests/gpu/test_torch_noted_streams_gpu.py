@@ -171,3 +171,73 @@ def test_lasting_tells_torch_s_own_streams_from_external_ones_on_this_torch():
             assert not noted_streams.lasting(int(handle), torch.cuda.current_device()), ext.stream_id
     finally:
         driver.cuStreamDestroy(handle)
+
+
+def test_a_record_with_scratch_on_a_foreign_stream_is_kept_under_the_driver_s_stream_id():
+    """An e4m3 layer's record (its own quantized x: scratch, so a record per stream) called on a cuda-python
+    stream (an ExternalStream: foreign) is kept under that stream's cuStreamGetId id (capture_keys.foreign_key);
+    the layer's fast path serves there, and both paths are right (float64). The stream is then destroyed and
+    streams are created until the driver hands out its handle again (within 64 tries, else that part is
+    skipped): the new stream's call gets a record of its own (another id), right too. Not run on the CPU
+    machine that wrote it. The stream ids of torch's streams are distinct and stable (the real query)."""
+    from cuda.bindings import driver
+
+    from sparsile.integrations.torch import noted_streams
+    from sparsile.integrations.torch.capture_keys import foreign_id
+    from sparsile.tests.gpu.test_torch_graph_owners_gpu import e4m3_layer, eager, input_of
+
+    a, b = torch.cuda.Stream(), torch.cuda.Stream()
+    ids = [noted_streams._cuda_stream_id(s.cuda_stream) for s in (a, b, a)]
+    assert None not in ids and ids[0] == ids[2] != ids[1], ids
+
+    def create() -> int:
+        err, handle = driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING)
+        assert err == driver.CUresult.CUDA_SUCCESS
+        return int(handle)
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("e4m3 layers need sm_90+")
+    layer = e4m3_layer()
+    cache = layer.__dict__["_records"]
+    x = input_of(56)
+    handle = create()
+    keep: list[int] = []
+    old = mine = None
+    destroyed = reused = False
+    try:
+        ext = torch.cuda.ExternalStream(handle)
+        for _ in range(3):  # full path, then the fast path
+            check_against_float64(layer, x, eager(layer, x, ext))
+        mine = [r for r in cache.records.values() if foreign_id(r.key)[0] and r.key[-2] == handle]
+        assert len(mine) == 1 and layer.__dict__["_last"] is not None, list(cache.records)
+        old = mine[0]
+        assert foreign_id(old.key)[1] == noted_streams._cuda_stream_id(handle)
+        torch.cuda.synchronize()
+        driver.cuStreamDestroy(driver.CUstream(handle))
+        destroyed = True
+        for _ in range(64):
+            h = create()
+            if h == handle:
+                reused = True
+                break
+            keep.append(h)
+        if not reused:
+            pytest.skip("the driver did not hand out the destroyed stream's handle again in 64 creations")
+        ext = torch.cuda.ExternalStream(handle)
+        for _ in range(3):
+            check_against_float64(layer, x, eager(layer, x, ext))
+        mine = [r for r in cache.records.values() if foreign_id(r.key)[0] and r.key[-2] == handle]
+        assert len(mine) == 2 and old in mine and cache.last[0] is not old, list(cache.records)
+    finally:
+        if destroyed and not reused:  # the old record's buffers are marked used on a destroyed handle: torch's
+            _LEAKED.append((layer, cache, old, mine))  # free would name it, so they are never freed (a test leak)
+        del layer, cache, old, mine
+        gc.collect()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        for h in (*keep, *((handle,) if reused or not destroyed else ())):
+            driver.cuStreamDestroy(driver.CUstream(h))
+
+
+_LEAKED: list = []
+"""What a test kept alive for good: records whose buffers are marked used on a stream handle destroyed under them."""
