@@ -170,16 +170,12 @@ class GraphReleases:
         was destroyed since with one 8-byte read, no call and no lock (a layer's fast path)."""
         return self._counter
 
-    def collect(self, hold: Callable[[Any], bool] | None = None) -> list[Any]:
-        """The payloads of the graphs destroyed since the last call (their cells freed). ``hold``: a
-        payload it says True of is not handed back yet: its cell stays pending (and :meth:`released`
-        True), for a later collect."""
+    def collect(self) -> list[Any]:
+        """The payloads of the graphs destroyed since the last call (their cells freed)."""
         payloads = []
         with self._lock:
             for cell, payload in tuple(self._pending.items()):
                 if c.c_int64.from_address(cell).value == 0:
-                    continue
-                if hold is not None and payload is not None and hold(payload):
                     continue
                 self._pending.pop(cell, None)
                 self._libc.free(cell)

@@ -302,19 +302,6 @@ def test_graph_releases_counts_and_frees_cells():
     assert releases.collect() == ["c"] and releases.pending() == 0
 
 
-def test_graph_releases_holds_the_payloads_a_collect_is_told_to_hold():
-    """GraphReleases.collect(hold): a released payload ``hold`` says True of is not handed back: its cell stays
-    pending and released() stays True (the next collect asks again); the others are handed back at once."""
-    fakes = FakeGraphs()
-    releases = fakes.releases
-    assert releases.watch(1, "a") and releases.watch(1, "b")
-    fakes.destroy(1)
-    assert releases.collect(lambda payload: payload == "a") == ["b"]
-    assert releases.released() and releases.pending() == 1
-    assert releases.collect(lambda payload: True) == [] and releases.released()
-    assert releases.collect() == ["a"] and not releases.released() and releases.pending() == 0
-
-
 @pytest.mark.parametrize("retained", [True, False])
 def test_driver_attach_moves_the_object_s_reference_to_the_graph(monkeypatch, retained):
     """driver_attach: cuUserObjectCreate of the cell with the native callback (one reference, no
