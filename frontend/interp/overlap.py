@@ -9,26 +9,47 @@ import numpy as np
 EXACT_OVERLAP_CHECK = 1 << 22
 """Elements up to which :func:`self_overlapping` compares every element's address when the strides
 alone do not show the elements apart (an ``as_strided`` view); a larger such array is taken as
-overlapping."""
+overlapping (:func:`overlap_undecided` tells that case apart for the message)."""
+
+
+def _tangled_dims(shape: tuple[int, ...], byte_strides: tuple[int, ...], itemsize: int) -> list[tuple[int, int]]:
+    """The (stride, extent) dimensions, smallest stride first, that the strides alone do not show apart:
+    empty where every stride reaches past everything the smaller ones span (any slice, transpose or
+    reversal of a dense array). A largest stride that reaches past all the others' span is peeled off
+    first: its copies of the rest cannot meet, so the rest overlaps exactly when the whole does."""
+    dims = sorted((abs(int(st)), int(n)) for n, st in zip(shape, byte_strides, strict=True) if n > 1)
+    while dims:
+        reach = itemsize + sum(stride * (n - 1) for stride, n in dims[:-1])
+        if dims[-1][0] < reach:
+            break
+        dims.pop()
+    return dims
+
+
+def _element_count(dims: list[tuple[int, int]]) -> float:
+    return float(np.prod([n for _, n in dims], dtype=np.float64))
+
+
+def overlap_undecided(shape: tuple[int, ...], byte_strides: tuple[int, ...], itemsize: int) -> bool:
+    """Whether :func:`self_overlapping` answers True without comparing addresses: more than
+    :data:`EXACT_OVERLAP_CHECK` elements whose strides do not show them apart."""
+    if any(n == 0 for n in shape):
+        return False
+    return _element_count(_tangled_dims(shape, byte_strides, itemsize)) > EXACT_OVERLAP_CHECK
 
 
 def self_overlapping(shape: tuple[int, ...], byte_strides: tuple[int, ...], itemsize: int) -> bool:
     """Whether two elements of an array of ``shape`` and ``byte_strides`` (any sign) share a byte.
-    Any array made by slicing, transposing or reversing a dense one passes the first test (each
-    stride, smallest first, reaches past everything the smaller ones span); others (``as_strided``)
-    are decided element by element up to :data:`EXACT_OVERLAP_CHECK` elements, beyond which they
-    count as overlapping."""
+    Any array made by slicing, transposing or reversing a dense one is told apart by its strides
+    alone (each stride, largest first, reaches past everything the smaller ones span); the
+    dimensions left (``as_strided``) are decided element by element up to
+    :data:`EXACT_OVERLAP_CHECK` elements, beyond which they count as overlapping."""
     if any(n == 0 for n in shape):
         return False
-    dims = sorted((abs(int(st)), int(n)) for n, st in zip(shape, byte_strides, strict=True) if n > 1)
-    reach = itemsize
-    for stride, n in dims:
-        if stride < reach:
-            break
-        reach += stride * (n - 1)
-    else:
+    dims = _tangled_dims(shape, byte_strides, itemsize)
+    if not dims:
         return False
-    if np.prod([n for _, n in dims], dtype=np.float64) > EXACT_OVERLAP_CHECK:
+    if _element_count(dims) > EXACT_OVERLAP_CHECK:
         return True
     offsets = np.zeros(1, np.int64)
     for stride, n in dims:

@@ -182,3 +182,24 @@ def test_written_torch_tensor_whose_elements_share_memory_is_sp0750(dtype: str, 
     assert not np.isnan(got).any()
     rtol = {"float32": 1e-6, "float16": 2.0**-11, "bfloat16": 2.0**-8}[dtype]  # (one rounding to out's type)
     np.testing.assert_allclose(got, 3.0 * x.astype(np.float64), rtol=rtol, atol=0)
+
+
+def test_a_written_view_too_large_for_the_exact_check_may_overlap() -> None:
+    """More than the exact check's 4194304 elements whose strides (8 and 12 bytes, float32) do not show
+    them apart (they are distinct: even and odd multiples of 4 bytes): SP0750 says they *may* overlap
+    and why it does not know, where it said they overlap."""
+    from sparsile.frontend.interp.overlap import EXACT_OVERLAP_CHECK
+
+    x, _, _ = operands(9)
+    rows = EXACT_OVERLAP_CHECK // 2 + 1
+    base = np.full(2 * rows + 4, np.nan, np.float32)
+    out = np.lib.stride_tricks.as_strided(base, (rows, 2), (8, 12))
+    k = sp.loads(CAST_SOURCE, "cast.spk").kernels["scale"]
+    with pytest.raises(LaunchError) as info:
+        k.interpret[GRID](x, out, N)
+    assert info.value.code == "SP0750"
+    assert info.value.message == (f"elements of argument `out` may overlap in memory (shape ({rows}, 2), byte "
+                                  "strides (8, 12)), and the kernel writes through it: its strides do not show "
+                                  "them apart, and it has more elements than the 4194304 the check compares one "
+                                  "by one")
+    assert np.isnan(base).all()  # refused before anything ran

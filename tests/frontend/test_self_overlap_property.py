@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparsile.frontend.interp.overlap import EXACT_OVERLAP_CHECK, self_overlapping
+from sparsile.frontend.interp.overlap import EXACT_OVERLAP_CHECK, overlap_undecided, self_overlapping
 
 
 def overlapping_by_definition(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
@@ -53,3 +53,22 @@ def test_a_view_beyond_the_exact_check_counts_as_overlapping() -> None:
     compares: taken as overlapping (a refusal, never a silent collision)."""
     assert not overlapping_by_definition((40, 2), (4, 6), 2) and not self_overlapping((40, 2), (4, 6), 2)
     assert self_overlapping((EXACT_OVERLAP_CHECK // 2 + 1, 2), (4, 6), 2)  # (element i, 1 lies between i + 1 and i + 2)
+
+
+def test_a_nested_outer_dimension_is_set_aside_before_the_exact_check() -> None:
+    """Tangled inner dimensions (40 x 2 elements, strides 4 and 6 bytes: distinct) repeated along an
+    outer stride past their span: exact whatever the outer extent (it was taken as overlapping once
+    the product passed the exact check's size); an outer stride inside the span still meets."""
+    big = EXACT_OVERLAP_CHECK  # 80 * big elements: far past the exact check
+    assert not self_overlapping((big, 40, 2), (4096, 4, 6), 2)
+    assert not overlap_undecided((big, 40, 2), (4096, 4, 6), 2)
+    assert self_overlapping((big, 40, 2), (100, 4, 6), 2)  # (the span of the inner ones is 164 bytes)
+    assert not overlapping_by_definition((3, 40, 2), (4096, 4, 6), 2)
+    assert overlapping_by_definition((3, 40, 2), (100, 4, 6), 2)
+    assert self_overlapping((3, 40, 2), (100, 4, 6), 2) and not self_overlapping((3, 40, 2), (4096, 4, 6), 2)
+
+
+def test_only_arrays_past_the_exact_check_are_undecided() -> None:
+    assert overlap_undecided((EXACT_OVERLAP_CHECK // 2 + 1, 2), (4, 6), 2)
+    assert not overlap_undecided((40, 2), (4, 6), 2)
+    assert not overlap_undecided((EXACT_OVERLAP_CHECK * 4,), (2,), 2)  # (dense)
