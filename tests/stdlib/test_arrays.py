@@ -7,6 +7,7 @@ from __future__ import annotations
 import warnings
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -221,3 +222,21 @@ def test_an_int64_torch_operand_rounds_once_to_bf16_as_the_host_does(as_cuda):
             host = np.array(values, np.int64).astype(dtype).astype(np.float64)
             got = arrays.cast_operand(torch.tensor([values], dtype=torch.int64), choice).double()
         assert got.tolist() == [host.tolist()], operand
+
+
+def test_an_out_too_large_for_the_exact_overlap_check_may_overlap() -> None:
+    """An out of more than 4194304 elements whose strides (8 and 12 bytes, float32) do not show them
+    apart: SP0804 says they may overlap, and why the check does not know."""
+    from sparsile.frontend.interp.overlap import EXACT_OVERLAP_CHECK
+    from sparsile.stdlib.kernels.arrays import output_array
+    from sparsile.stdlib.sparsity import SparsityError
+
+    rows = EXACT_OVERLAP_CHECK // 2 + 1
+    out = np.lib.stride_tricks.as_strided(np.zeros(2 * rows + 4, np.float32), (rows, 2), (8, 12))
+    with pytest.raises(SparsityError) as info:
+        output_array(out, (rows, 2), "float32", "help", None, True)
+    assert info.value.code == "SP0804"
+    assert info.value.message == (f"out's elements may overlap in memory (shape ({rows}, 2), byte strides (8, 12)): "
+                                  "its strides do not show them apart, and it has more elements than the 4194304 "
+                                  "the check compares one by one")
+    assert info.value.help == "pass an array whose elements are distinct (a new array, or a slice of one)"
