@@ -490,7 +490,7 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
     ;;
 a64)  # the fifty-sixth session's merges: on an H200 issue 12's acceptance (three passes) first; then defaults56 (Python's
-     # default values typed as at a launch, builtin dtypes), torch56 (fullgraph compiled autograd, FX, parametrize
+     # default values typed as at a launch, builtin dtypes), streams56 (foreign streams' ids, one cudaMallocAsync hold), torch56 (fullgraph compiled autograd, FX, parametrize
      # guard) and review56 (prepared-launch scalars, safetensors of torch tensors) on the GPU, and torch56's CPU
      # files under the device's torch (its dynamo frame strategy is a private API)
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
@@ -501,7 +501,10 @@ a64)  # the fifty-sixth session's merges: on an H200 issue 12's acceptance (thre
         tests/gpu/test_torch_autograd_gpu.py tests/gpu/test_torch_training_gpu.py tests/gpu/test_torch_linear_gpu.py \
         tests/gpu/test_empty_grid_gpu.py tests/gpu/test_fuzz_fixes_gpu.py tests/gpu/test_pdl_gpu.py \
         tests/gpu/test_numpy_scalar_args_gpu.py tests/gpu/test_prepared_scalar_types_gpu.py tests/frontend \
-        tests/stdlib/test_sparsity_gpu.py tests/stdlib/test_cupy_devices.py tests/stdlib/test_decode_api.py
+        tests/stdlib/test_sparsity_gpu.py tests/stdlib/test_cupy_devices.py tests/stdlib/test_decode_api.py \
+        tests/gpu/test_torch_noted_streams_gpu.py tests/gpu/test_capture_threads_gpu.py \
+        tests/gpu/test_torch_graph_owners_gpu.py tests/gpu/test_torch_graph_scratch_gpu.py \
+        tests/gpu/test_torch_kept_launches_gpu.py
     run 150 python -m pytest -q -n 8 -rfE tests/integrations/test_torch_compiled_autograd.py \
         tests/integrations/test_torch_fx_trace.py tests/integrations/test_torch_parametrize_guard.py \
         tests/integrations/test_torch_autograd_writes.py tests/integrations/test_safetensors.py
