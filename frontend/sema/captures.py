@@ -16,10 +16,10 @@ the object found there and a fingerprint of its value. The result is a :class:`C
 
 Fingerprints (docs/language.md, "What a kernel captures, and when it is recompiled"): numbers,
 strings, ``None``, tuples, lists (compared element by element at every check: a list may be
-changed in place), sparsile and NumPy dtypes, by value; modules and classes by name; ``@jit``
-kernels and ``.spk`` helpers by their source text (and the text of each ``.spk`` module their module
-imports); any other object by identity in the process and
-its type's name on disk, together with each attribute a kernel reads from it.
+changed in place), sparsile and NumPy dtypes, NumPy and ml_dtypes scalars (type and value), by
+value; modules and classes by name; ``@jit`` kernels and ``.spk`` helpers by their source text
+(and the text of each ``.spk`` module their module imports); any other object by identity in the
+process and its type's name on disk, together with each attribute a kernel reads from it.
 
 ``.spk`` modules need none of this: their constants cannot change after loading and the whole
 module text is already part of every key.
@@ -427,10 +427,10 @@ def fingerprint(obj: Any) -> tuple[Any, ...]:
     if isinstance(obj, pytypes.ModuleType):
         return ("module", obj.__name__)
     module = getattr(kind, "__module__", "") or ""
-    if module.startswith("numpy") and not isinstance(obj, type):
+    if module.startswith(("numpy", "ml_dtypes")) and not isinstance(obj, type):
         import numpy as np
 
-        if isinstance(obj, np.generic):
+        if isinstance(obj, np.generic):  # ml_dtypes' scalars too (bfloat16, float8_*): by value, as NumPy's
             return ("value", kind.__name__, repr(obj.item()))
         if isinstance(obj, np.dtype):
             return ("dtype", str(obj))

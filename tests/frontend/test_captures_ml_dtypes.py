@@ -1,0 +1,83 @@
+"""An ml_dtypes scalar a ``@jit`` kernel captured (a closure value, a helper's parameter default) keys
+the disk cache by its value, as a NumPy scalar does (docs/language.md, "What a kernel captures").
+
+History: ``fingerprint`` took only NumPy's own scalars (module ``numpy``) as values; an ml_dtypes
+scalar (module ``ml_dtypes``: ``bfloat16``, ``float8_e4m3fn``) was an "object", keyed by its type
+alone, so two kernels of one source whose helper default was ``bfloat16(1.5)`` and ``bfloat16(2.5)``
+shared one compile cache entry: the second compiled to the first's PTX, silently (the interpreter,
+which does not go through that cache, gave the right numbers).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sparsile as sp
+from sparsile.driver import cache as cache_mod
+from sparsile.frontend.sema.captures import fingerprint
+from sparsile.tests.support.jit_source import import_source
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+SOURCE = '''
+import sparsile as sp
+
+
+def make_default(v):
+    @sp.jit
+    def h(x, b=v):
+        return x * b
+
+    @sp.jit
+    def k(x, out):
+        i = sp.arange(0, 8)
+        sp.store(out + i, h(sp.load(x + i)))
+
+    return k
+
+
+def make_closure(v):
+    @sp.jit
+    def k(x, out):
+        i = sp.arange(0, 8)
+        sp.store(out + i, sp.load(x + i) * v)
+
+    return k
+'''
+
+SIGNATURE = {"x": sp.ptr[sp.f32], "out": sp.ptr[sp.f32]}
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    cache_mod.reset_default_cache()
+    yield
+    cache_mod.reset_default_cache()
+
+
+@pytest.mark.parametrize("factory", ["make_default", "make_closure"])
+@pytest.mark.parametrize("kind", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])
+def test_an_ml_dtypes_capture_keys_the_compile_cache_by_value(tmp_path, fresh_cache, factory: str, kind: str) -> None:
+    module = import_source(SOURCE, tmp_path, "ml_capture")
+    scalar = getattr(ml_dtypes, kind)
+    x = np.random.default_rng(56).uniform(-4.0, 4.0, 8).astype(np.float32)
+    ptxs: set[str] = set()
+    for value in (1.5, 2.5, -3.0):  # exact in each type
+        k = getattr(module, factory)(scalar(value))
+        out = np.full(8, np.nan, np.float32)
+        k.interpret[(1,)](x, out)
+        np.testing.assert_array_equal(out, x * np.float32(value))
+        cached = k.compile(SIGNATURE, stop_after="ptx").ptx
+        assert cached == k.compile(SIGNATURE, stop_after="ptx", cache=False).ptx, (kind, value)
+        ptxs.add(cached)
+    assert len(ptxs) == 3
+
+
+def test_ml_dtypes_scalars_are_fingerprinted_by_type_and_value() -> None:
+    bf16, e4m3 = ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn
+    assert fingerprint(bf16(1.5)) == fingerprint(bf16(1.5)) != fingerprint(bf16(2.5))
+    assert fingerprint(bf16(1.5)) != fingerprint(e4m3(1.5)) != fingerprint(np.float16(1.5))
+    assert fingerprint(bf16(0.0)) != fingerprint(bf16(-0.0))
+    assert fingerprint((bf16(1.5),)) != fingerprint((bf16(2.5),))
