@@ -40,6 +40,7 @@ from ..frontend.sema.emitter import describe
 from ..frontend.sema.jit_globals import default_as_argument, default_diagnostic, is_run_time_scalar
 from ..frontend.sema.specialize import (
     ParamInfo,
+    arg_spec,
     bind_arguments,
     constant_notes,
     constexpr_binding,
@@ -283,8 +284,10 @@ class Kernel:
 
     def signature_bindings(self, signature: dict[str, Any]) -> tuple[dict[str, Any], tuple]:
         """Bindings from an ahead-of-time signature: each name maps to a Type (run-time) or a value
-        (constexpr). A parameter the signature leaves out takes its annotation (a run-time type)
-        or its default (a constexpr); the others are missing: LaunchError SP0740 names them all."""
+        (constexpr). A parameter the signature leaves out takes its annotation (a run-time type,
+        default or not), its default (a constexpr), or the type a launch that leaves it out gives
+        its default (an unannotated run-time parameter: ``a=3`` an ``i32``, ``a=np.float16(1.5)`` an
+        ``f16``); the others are missing: LaunchError SP0740 names them all."""
         from ..frontend.sema.core import ArgSpec
 
         missing = [p for p in self.params if p.name not in signature and not p.has_default and
@@ -297,9 +300,11 @@ class Kernel:
         for p in self.params:
             if p.name in signature:
                 v = signature[p.name]
-            elif p.has_default:
+            elif p.has_default and (p.annotation is None or p.annotation is T.CONSTEXPR or p.default is None):
                 v = p.default
-            else:
+                if p.annotation is None and not none_pointer(p, v):  # as a launch that leaves it out types it
+                    v = arg_spec(p, v)
+            else:  # (an annotated run-time parameter: its annotation, default or not)
                 v = p.annotation
             if p.annotation is T.CONSTEXPR or none_pointer(p, v):
                 v = constexpr_value(p, v)  # as a launch's (np.True_ a bool, a list a tuple; SP0723)
