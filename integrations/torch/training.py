@@ -261,6 +261,12 @@ class _TrainFormula(torch.autograd.function._SingleLevelFunction):
     def jvp(ctx: Any, *tangents: Any) -> Any:
         raise forward_mode_error()
 
+    # compiled autograd (torch._dynamo.compiled_autograd) keys a node's backward by its class's
+    # _compiled_autograd_key, which autograd.Function has and a _SingleLevelFunction has not: before, any
+    # backward through a SemiSparseLinear under compiled autograd stopped at torch's AttributeError
+    # (autograd.py's Formula has the same)
+    _compiled_autograd_key = staticmethod(torch.autograd.Function._compiled_autograd_key)
+
 
 _LIBRARY.impl("sparse_linear_train", autograd_kernel("sparse_linear_train", _TrainFormula, 8,
                                                      ("out_dtype", "mask_grad")), "Autograd", with_keyset=True)
