@@ -4,10 +4,12 @@ FX's symbolic tracer calls the ``forward`` of every module outside ``torch.nn`` 
 leaf to it, unlike ``nn.Linear``) with an ``fx.Proxy`` for x: a placeholder that records the
 operations applied to it, with no shape, dtype or ``requires_grad`` to read while tracing. The forward
 records the layer's custom op on it, as torch.compile and torch.export trace it (docs/torch.md, "The
-custom ops"); the layer's tensors, module attributes, become ``get_attr`` nodes, so the graph reads
-the weight as it is when it runs. x is checked when the graph runs, as the eager call checks it
-(SP0901). Before, the proxy met the layer's eager input check: SP0901, "SparseLinear takes a
-torch.Tensor, got Proxy".
+custom ops"); the layer itself is a ``get_attr`` node and its tensors are read from it when the graph
+runs, so the graph computes with the weight as it is then, and the GraphModule holds the layer (its
+``.half()`` / ``.to(dtype)`` keep the compressed values' type, as the model's do; tensors as nodes of
+their own were copied into a plain ``torch.nn.Module``, which converted bf16 values to float16). x
+is checked when the graph runs, as the eager call checks it (SP0901). Before, the proxy met the
+layer's eager input check: SP0901, "SparseLinear takes a torch.Tensor, got Proxy".
 
 A ``SemiSparseLinear`` is recorded as a leaf instead (:func:`recorded_call`): one ``call_module``
 node, which runs the eager layer when the graph runs. Its forward does more than the op: it
@@ -49,16 +51,33 @@ def forward_fx(layer: Any, x: Any) -> Any:
     whether or not x will require grad: the numbers of the eager layer's two ops), y in ``out_dtype``
     or x's dtype, back to (..., N). The members of a ``fuse_projections_`` group run their own ops (the
     group's fused weight is no module attribute of the model)."""
-    x2 = checked_x(x, layer.values, layer.in_features, layer._user_name or type(layer).__name__)
+    held = _layer_node(layer, x)
+    values = held.values
+    x2 = checked_x(x, values, layer.in_features, layer._user_name or type(layer).__name__)
     out = layer.out_dtype or x.dtype
+    bias = None if layer.bias is None else held.bias
     if layer.weight_dtype == "e4m3":
-        y = torch.ops.sparsile.sparse_linear_e4m3.default(x2, layer.values, layer.meta, layer.bias, layer.scale_w,
-                                                          layer.input_scale, activation=layer.activation,
-                                                          out_dtype=out)
+        scale_x = None if layer.input_scale is None else held.input_scale
+        y = torch.ops.sparsile.sparse_linear_e4m3.default(x2, values, held.meta, bias, held.scale_w, scale_x,
+                                                          activation=layer.activation, out_dtype=out)
     else:
-        y = torch.ops.sparsile.sparse_linear.default(x2, layer.values, layer.meta,
-                                                     layer.bias, activation=layer.activation, out_dtype=out)
+        y = torch.ops.sparsile.sparse_linear.default(x2, values, held.meta, bias, activation=layer.activation,
+                                                     out_dtype=out)
     return y.reshape(x.shape[:-1] + (layer.out_features,))  # noqa: RUF005 (a Proxy cannot be unpacked)
+
+
+def _layer_node(layer: torch.nn.Module, x: Any) -> Any:
+    """A ``get_attr`` node of ``layer`` itself (its path in the traced root), whose tensors the graph
+    reads when it runs: the GraphModule then holds the layer, so ``graph.half()`` / ``.to(dtype)`` /
+    ``load_state_dict`` go through the layer's own rules (the compressed values keep their type, as in
+    ``model.half()``). Tensors read as nodes of their own were copied into a plain ``torch.nn.Module``,
+    which ``.half()`` converted (bf16 values to float16: other numbers, silently). The layer itself
+    where it has no path (the root traced, which torch refuses later on)."""
+    try:
+        path = x.tracer.path_of_module(layer)
+    except (AttributeError, NameError):  # (a proxy of a tracer without a root; a layer outside the root)
+        path = ""
+    return x.tracer.create_proxy("get_attr", path, (), {}) if path else layer
 
 
 def recorded_call(layer: torch.nn.Module, x: Any) -> Any:
