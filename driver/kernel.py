@@ -75,6 +75,18 @@ _GpuLaunch: Any = None
 """``driver.launch.GpuLaunch``, once a kernel was first indexed with a grid."""
 
 
+class _FunctionSignature:
+    """``Kernel.__signature__``, what ``inspect.signature`` reads: on a kernel, its ``@jit`` function's
+    signature, with the defaults Python evaluated (the values a launch that leaves them out takes), or
+    None (inspect's own reading) for a ``.spk`` kernel; on the class itself None, so that
+    ``inspect.signature(Kernel)`` is the constructor's (a property gave the property object there:
+    inspect's TypeError, "unexpected object <property ...> in __signature__ attribute")."""
+
+    def __get__(self, kernel: Any, owner: type | None = None) -> inspect.Signature | None:
+        fn = None if kernel is None else kernel.fn
+        return None if fn is None else inspect.signature(fn)
+
+
 @dataclass
 class Kernel:
     """A kernel definition (not yet specialized)."""
@@ -117,12 +129,7 @@ class Kernel:
         kernel's parameter defaults); None for a ``.spk`` kernel."""
         return self.globals.function if isinstance(self.globals, PythonGlobals) else None
 
-    @property
-    def __signature__(self) -> inspect.Signature | None:
-        """``inspect.signature(kernel)``: the ``@jit`` function's, with the defaults Python evaluated
-        (the values a launch that leaves them out takes); None (inspect's own reading) for a ``.spk`` kernel."""
-        fn = self.fn
-        return None if fn is None else inspect.signature(fn)
+    __signature__ = _FunctionSignature()
 
     # -------------------------------------------------------------------------- parameters
     @property
