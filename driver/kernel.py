@@ -297,6 +297,8 @@ class Kernel:
         ``f16``); the others are missing: LaunchError SP0740 names them all."""
         from ..frontend.sema.core import ArgSpec
 
+        if self._param_captures.reads:  # a default assigned since (`k.fn.__defaults__`): as a launch's bind
+            self._refresh_params()
         missing = [p for p in self.params if p.name not in signature and not p.has_default and
                    (p.annotation is None or p.annotation is T.CONSTEXPR)]
         if missing:

@@ -77,3 +77,35 @@ def test_an_unannotated_run_time_default_is_typed_as_a_launch_types_it(tmp_path,
     assert bindings["a"] == launched and bindings["a"].type == expected
     assert key == k.signature_bindings({**POINTERS, "a": launched})[1]
     k.compile(dict(POINTERS), stop_after="ir")
+
+
+CHANGED = '''
+import sparsile as sp
+
+
+@sp.jit
+def k(x: sp.ptr[sp.f32], out: sp.ptr[sp.f32], C: sp.constexpr = 2.0, *, D: sp.constexpr = 5.0):
+    i = sp.arange(0, 8)
+    sp.store(out + i, sp.load(x + i) * C + D)
+'''
+
+
+def test_an_ahead_of_time_compile_takes_a_default_assigned_since_the_last_one(tmp_path) -> None:
+    """``k.fn.__defaults__`` / ``__kwdefaults__`` assigned after a compile: the next ahead-of-time
+    compile takes the new default, as the next launch does (it kept the parameters read before,
+    until a launch or ``k.ir(...)`` read them again: C=2.0 compiled after C became 3.0)."""
+    k = import_source(CHANGED, tmp_path, "aot_changed").k
+
+    def constants(ir: str) -> tuple[str, str]:
+        header = ir.splitlines()[0]
+        return header[header.index("[C="):].split(",")[0], header[header.index(" D="):].split(",")[0]
+
+    assert constants(k.compile(dict(POINTERS), stop_after="ir").ir) == ("[C=2.0", " D=5.0")
+    k.fn.__defaults__ = (3.0,)
+    assert constants(k.compile(dict(POINTERS), stop_after="ir").ir) == ("[C=3.0", " D=5.0")
+    k.fn.__kwdefaults__["D"] = 7.0
+    assert constants(k.compile(dict(POINTERS), stop_after="ir").ir) == ("[C=3.0", " D=7.0")
+    k.fn.__defaults__ = (4.0,)
+    aot = k.signature_bindings(dict(POINTERS))[0]
+    launched = k.bind((np.ones(8, np.float32), np.ones(8, np.float32)), {})[1]
+    assert (aot["C"], aot["D"]) == (launched["C"], launched["D"]) and aot["C"].value == 4.0
