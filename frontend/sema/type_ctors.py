@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,6 +106,16 @@ def annotation_help(value: object) -> str | None:
     reference in Python) is read as a string constant, since kernel annotations are code."""
     if isinstance(value, str):
         return f"kernel annotations are read as code, not as text: write `{value}` without the quotes"
+    if type(value).__name__ == "PyBuiltin":  # (a module-level kernel's `float`: consts.PyBuiltin, which imports this)
+        value = getattr(builtins, value.name)
+    if value is float or value is int or value is bool:
+        # (as a dtype Python's float is f64, as NumPy reads it; unannotated, a Python float given at a
+        # launch is an f32 scalar and an int an i32: an annotation names which, docs/language.md)
+        name = {float: ("f32", "f64"), int: ("i32", "i64"), bool: ("bool",)}[value]
+        choices = " or ".join(f"`{n}`" for n in name)
+        return (f"a scalar parameter's annotation names the language's type: write {choices} (an unannotated "
+                f"Python {value.__name__} at a launch is `{name[0]}`; as a dtype, e.g. `x.to({value.__name__})`, "
+                f"Python's {value.__name__} is `{name[-1]}`)")
     return None
 
 

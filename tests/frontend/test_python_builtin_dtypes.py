@@ -111,3 +111,38 @@ def k_body(x, out):
     i = sp.arange(0, 8)
     sp.store(out + i, sp.load(x + i).to(float))
 '''
+
+
+SCALAR_ANNOTATION = '''
+import sparsile as sp
+
+
+{indent}@sp.jit
+{indent}def k(out, a: {name}):
+{indent}    sp.store(out, a)
+'''
+
+
+@pytest.mark.parametrize("where", ["module", "function"])
+@pytest.mark.parametrize("name, help", [
+    ("float", "write `f32` or `f64` (an unannotated Python float at a launch is `f32`; as a dtype, e.g. "
+              "`x.to(float)`, Python's float is `f64`)"),
+    ("int", "write `i32` or `i64` (an unannotated Python int at a launch is `i32`; as a dtype, e.g. `x.to(int)`, "
+            "Python's int is `i64`)"),
+])
+def test_a_scalar_annotated_with_a_python_builtin_type_says_which_type_to_write(tmp_path, where: str, name: str,
+                                                                                help: str) -> None:
+    """A scalar parameter annotated ``a: float`` stays SP0302 (unannotated, a Python float given at a
+    launch is f32, while ``float`` as a dtype is f64: the annotation must say which), now with a help
+    naming the choice (it had none)."""
+    kernel = _kernel(SCALAR_ANNOTATION.replace("{name}", name), where, tmp_path, f"builtin_scalar_{name}")
+    with pytest.raises(sp.CompileError) as info:
+        kernel.interpret[(1,)](np.zeros(1), 1)
+    d = info.value.diagnostics[0]
+    assert d.code == "SP0302"
+    assert d.message.startswith("the annotation of `a` must be a type such as `i32`, `ptr[f16]`, `tensor[f16, 2]` "
+                                "or `constexpr`, found ")
+    assert d.help == f"a scalar parameter's annotation names the language's type: {help}"
+    source = next(tmp_path.glob(f"builtin_scalar_{name}*.py")).read_text().split("\n")
+    assert source[d.span.file_line - 1][d.span.file_col - 1:] == f"{name}):"  # (the annotation, in the file)
+    assert d.span.end_col - d.span.col == len(name)
