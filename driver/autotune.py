@@ -154,7 +154,9 @@ class Autotuner(TimingMixin):
 
     @property
     def params(self) -> Any:
-        return self.kernel.params
+        """The kernel's parameters as a launch binds them (read again where a default was assigned
+        since: the key and a pre_hook see the value the launch uses)."""
+        return self.kernel.current_params()
 
     def __repr__(self) -> str:
         return f"<sparsile autotuned kernel {self.name}: {len(self.configs)} configs, key {self.key}>"

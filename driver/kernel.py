@@ -147,6 +147,13 @@ class Kernel:
         Python names, recorded per IR (frontend/sema/captures.py)."""
         return not isinstance(self.globals, PythonGlobals)
 
+    def current_params(self) -> list[ParamInfo]:
+        """:attr:`params`, read again first where a name their annotations or defaults read has
+        changed since (``k.fn.__defaults__`` assigned): what a launch binds its arguments to."""
+        if self._param_captures.reads:
+            self._refresh_params()
+        return self.params
+
     def _refresh_params(self) -> None:
         """Forget the parameters (and what was specialized on them) when a name their annotations
         or defaults read has changed."""
@@ -209,10 +216,9 @@ class Kernel:
     # -------------------------------------------------------------------------- compilation
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], tuple]:
         """(bound arguments, sema bindings, specialization key) for a call."""
-        if self._param_captures.reads:
-            self._refresh_params()
+        params = self.current_params()
         launch_opts = {k: kwargs.pop(k) for k in list(kwargs) if k in KERNEL_OPTIONS and
-                       k not in {p.name for p in self.params}}
+                       k not in {p.name for p in params}}
         if launch_opts:
             check_options(launch_opts)
         bound = bind_arguments(self.name, self.params, args, kwargs)
@@ -297,8 +303,7 @@ class Kernel:
         ``f16``); the others are missing: LaunchError SP0740 names them all."""
         from ..frontend.sema.core import ArgSpec
 
-        if self._param_captures.reads:  # a default assigned since (`k.fn.__defaults__`): as a launch's bind
-            self._refresh_params()
+        self.current_params()  # (a default assigned since, `k.fn.__defaults__`: as a launch's bind)
         missing = [p for p in self.params if p.name not in signature and not p.has_default and
                    (p.annotation is None or p.annotation is T.CONSTEXPR)]
         if missing:

@@ -723,3 +723,28 @@ def test_a_custom_benchmarker_sees_the_tuned_gpu_as_current(monkeypatch: pytest.
     assert seen == [(1, 1, "ctx1")] * 3
     restored = (sparsile_current, 0, f"ctx{sparsile_current}")
     assert (devices.default_ordinal, state["torch"], state["context"]) == restored
+
+
+def test_a_default_assigned_since_is_the_key_of_the_next_call() -> None:
+    """``EXTRA``'s default reassigned (``fn.__defaults__``) after a tuned call: the next call's key is
+    the new default's and it tunes for it (BLOCK 64); the key was built from the parameters as first
+    read, so it took the winner cached for EXTRA=0, whose launch (the new default: arange of 96)
+    failed with SP0301 although a config fits it."""
+    @sp.jit
+    def shifted(x, out, n: sp.i32, BLOCK: sp.constexpr, EXTRA: sp.constexpr = 0):
+        offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK + EXTRA)
+        mask = offs < n
+        sp.store(out + offs, sp.load(x + offs, mask=mask) + 1, mask=mask)
+
+    bench = FakeBench({32: 1.0, 64: 2.0}, run=True)
+    tuner = sp.autotune([{"BLOCK": 32}, {"BLOCK": 64}], key=["n"], benchmarker=bench)(shifted)
+    tuner.launch_kernel = lambda grid, args, kw, stream: tuner.kernel.interpret[grid](*args, **kw)  # type: ignore
+    x, _ = _data()
+    for extra, block in ((0, 32), (64, 64)):
+        shifted.fn.__defaults__ = (extra,)
+        out = np.full(N, np.nan, np.float32)
+        tuner[_grid](x, out, N)
+        assert tuner.choose(_grid, (x, out, N), {}) == sp.Config({"BLOCK": block})
+        np.testing.assert_allclose(out, x.astype(np.float64) + 1, rtol=1e-6)
+    assert sorted(tuner.cache) == ["Fake GPU|n=300, EXTRA=0; dtypes: x=float32 out=float32",
+                                   "Fake GPU|n=300, EXTRA=64; dtypes: x=float32 out=float32"]
