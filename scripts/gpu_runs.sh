@@ -3,7 +3,8 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
-#   bash scripts/gpu_runs.sh a64              # next: on an H200 issue 12's rows (three passes), then the fifty-sixth session's merges on the GPU and its CPU torch files under the device's torch
+#   bash scripts/gpu_runs.sh a65              # next: a64's unrun rest (decode API) and review56b's merges (training under compiled autograd, FX module state, ml_dtypes capture keys) on the GPU and under the device's torch
+#   bash scripts/gpu_runs.sh a64              # (ran at 0359939 on an H100: 482 passed, 3 skipped before the step limit; 95 passed) on an H200 issue 12's rows (three passes), then the fifty-sixth session's merges on the GPU and its CPU torch files under the device's torch
 #   bash scripts/gpu_runs.sh a63              # (ran at 71ab3e5 on an H100: 397 passed) on an H200 issue 12's T <= 16 rows in three passes (rows61), then a62's GPU files
 #   bash scripts/gpu_runs.sh a62              # torch55c's torch GPU files, then on an H200 issue 12's rows in one pass
 #   bash scripts/gpu_runs.sh rows61           # on an H200 only: issue 12's T <= 16 rows (its acceptance)
@@ -488,6 +489,15 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
     run 340 python benchmarks/bench_llama.py --layers 32 --modes graph \
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
+    ;;
+a65)  # a64's rest (the step limit stopped it in tests/stdlib/test_decode_api.py) and review56b's merges: SemiSparseLinear
+     # under compiled autograd, an FX graph holding its SparseLinear, captured ml_dtypes scalars keyed by value, AOT
+     # run-time defaults; their CPU files under the device's torch (2.11)
+    run 150 python -m pytest -q -m gpu -n 8 --timeout 120 -rfEs --dist worksteal --junitxml="$out/junit-a65.xml" \
+        tests/stdlib/test_decode_api.py tests/gpu/test_torch_training_gpu.py tests/frontend/test_captures.py
+    run 120 python -m pytest -q -n 8 -rfE tests/integrations/test_torch_training_compiled_autograd.py \
+        tests/integrations/test_torch_fx_trace_module_state.py tests/integrations/test_torch_fx_trace.py \
+        tests/frontend/test_captures_ml_dtypes.py tests/frontend/test_aot_run_time_defaults.py
     ;;
 a64)  # the fifty-sixth session's merges: on an H200 issue 12's acceptance (three passes) first; then defaults56 (Python's
      # default values typed as at a launch, builtin dtypes), streams56 (foreign streams' ids, one cudaMallocAsync hold), torch56 (fullgraph compiled autograd, FX, parametrize
