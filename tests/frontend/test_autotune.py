@@ -385,19 +385,26 @@ def test_a_malformed_stored_entry_still_gives_its_config(tmp_path: Any, extra: d
     assert bench.calls == [] and "(disk" in again.summary()
 
 
-def test_constexprs_the_call_gives_are_part_of_the_key() -> None:
-    """BLOCK 32 wins with EXTRA=0; with EXTRA=64 it does not compile (arange of 96). The call with
-    EXTRA=64 tunes for itself and gets BLOCK 64; before, it took the winner cached for EXTRA=0 and
-    failed (SP0301) although a config fits it."""
+def _shifted_tuner() -> Autotuner:
+    """An autotuned kernel whose call-given constexpr EXTRA (default 0) widens its arange: BLOCK 32 wins
+    by time, but with EXTRA=64 only BLOCK 64 compiles (arange of 96 is SP0301)."""
     @sp.jit
-    def shifted(x, out, n: sp.i32, BLOCK: sp.constexpr, EXTRA: sp.constexpr):
+    def shifted(x, out, n: sp.i32, BLOCK: sp.constexpr, EXTRA: sp.constexpr = 0):
         offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK + EXTRA)
         mask = offs < n
         sp.store(out + offs, sp.load(x + offs, mask=mask) + 1, mask=mask)
 
-    bench = FakeBench({32: 1.0, 64: 2.0}, run=True)
-    tuner = sp.autotune([{"BLOCK": 32}, {"BLOCK": 64}], key=["n"], benchmarker=bench)(shifted)
+    tuner = sp.autotune([{"BLOCK": 32}, {"BLOCK": 64}], key=["n"], benchmarker=FakeBench({32: 1.0, 64: 2.0}, run=True)
+                        )(shifted)
     tuner.launch_kernel = lambda grid, args, kw, stream: tuner.kernel.interpret[grid](*args, **kw)  # type: ignore
+    return tuner
+
+
+def test_constexprs_the_call_gives_are_part_of_the_key() -> None:
+    """BLOCK 32 wins with EXTRA=0; with EXTRA=64 it does not compile (arange of 96). The call with
+    EXTRA=64 tunes for itself and gets BLOCK 64; before, it took the winner cached for EXTRA=0 and
+    failed (SP0301) although a config fits it."""
+    tuner = _shifted_tuner()
     x, _ = _data()
     for extra, block in ((0, 32), (64, 64)):
         out = np.full(N, np.nan, np.float32)
@@ -730,18 +737,10 @@ def test_a_default_assigned_since_is_the_key_of_the_next_call() -> None:
     the new default's and it tunes for it (BLOCK 64); the key was built from the parameters as first
     read, so it took the winner cached for EXTRA=0, whose launch (the new default: arange of 96)
     failed with SP0301 although a config fits it."""
-    @sp.jit
-    def shifted(x, out, n: sp.i32, BLOCK: sp.constexpr, EXTRA: sp.constexpr = 0):
-        offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK + EXTRA)
-        mask = offs < n
-        sp.store(out + offs, sp.load(x + offs, mask=mask) + 1, mask=mask)
-
-    bench = FakeBench({32: 1.0, 64: 2.0}, run=True)
-    tuner = sp.autotune([{"BLOCK": 32}, {"BLOCK": 64}], key=["n"], benchmarker=bench)(shifted)
-    tuner.launch_kernel = lambda grid, args, kw, stream: tuner.kernel.interpret[grid](*args, **kw)  # type: ignore
+    tuner = _shifted_tuner()
     x, _ = _data()
     for extra, block in ((0, 32), (64, 64)):
-        shifted.fn.__defaults__ = (extra,)
+        tuner.kernel.fn.__defaults__ = (extra,)
         out = np.full(N, np.nan, np.float32)
         tuner[_grid](x, out, N)
         assert tuner.choose(_grid, (x, out, N), {}) == sp.Config({"BLOCK": block})

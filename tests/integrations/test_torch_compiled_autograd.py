@@ -17,6 +17,18 @@ spt = pytest.importorskip("sparsile.torch")
 compiled_autograd = pytest.importorskip("torch._dynamo.compiled_autograd")
 
 
+def _x_grad(forward, x0, g, compiled: bool, fullgraph: bool = True):
+    """x's gradient of ``(forward(x).float() * g).sum()``, the backward eager or under compiled autograd."""
+    x = x0.clone().requires_grad_()
+    loss = (forward(x).float() * g).sum()
+    if compiled:
+        with compiled_autograd._enable(torch.compile(backend="eager", fullgraph=fullgraph)):
+            loss.backward()
+    else:
+        loss.backward()
+    return x.grad
+
+
 @pytest.mark.parametrize("weight", ["bf16", "e4m3"])
 def test_compiled_autograd_fullgraph_backward_gives_the_eager_gradient(weight):
     """x's gradient through a SparseLinear without an activation, the backward compiled with
@@ -28,18 +40,8 @@ def test_compiled_autograd_fullgraph_backward_gives_the_eager_gradient(weight):
     x0 = torch.randn(4, 64, generator=gen).to(torch.bfloat16)
     g = torch.randn(4, 32, generator=gen)
 
-    def grad(compiled: bool) -> torch.Tensor:
-        x = x0.clone().requires_grad_()
-        loss = (layer(x).float() * g).sum()
-        if compiled:
-            with compiled_autograd._enable(torch.compile(backend="eager", fullgraph=True)):
-                loss.backward()
-        else:
-            loss.backward()
-        return x.grad
-
-    eager = grad(False)
-    compiled = grad(True)  # (x.grad starts as None: a backward that wrote nothing fails below)
+    eager = _x_grad(layer, x0, g, False)
+    compiled = _x_grad(layer, x0, g, True)  # (x.grad starts as None: a backward that wrote nothing fails below)
     assert torch.equal(compiled, eager)
     ref = g.double() @ layer.to_dense().double()
     err = (compiled.double() - ref).abs().max().item()
@@ -80,18 +82,11 @@ def test_the_op_called_directly_under_compiled_autograd_gives_the_eager_gradient
             return torch.ops.sparsile.sparse_linear_e4m3(x, layer.values, layer.meta, layer.bias, layer.scale_w, **kw)
         return torch.ops.sparsile.sparse_linear(x, layer.values, layer.meta, layer.bias, **kw)
 
-    def grad(compiled: bool) -> torch.Tensor:
-        x = x0.clone().requires_grad_()
-        loss = (op(x, activation=activation).float() * g).sum()
-        if compiled:
-            with compiled_autograd._enable(torch.compile(backend="eager", fullgraph=fullgraph)):
-                loss.backward()
-        else:
-            loss.backward()
-        return x.grad
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return op(x, activation=activation)
 
-    eager = grad(False)
-    compiled = grad(True)  # (x.grad starts as None: a backward that wrote nothing fails below)
+    eager = _x_grad(forward, x0, g, False)
+    compiled = _x_grad(forward, x0, g, True, fullgraph)  # (x.grad starts as None: a no-op backward fails below)
     assert torch.equal(compiled, eager)
     pre = op(x0, out_dtype=torch.float32).double().requires_grad_()
     (d_pre,) = torch.autograd.grad(_activation64(activation, pre), pre, g.double())
@@ -110,18 +105,8 @@ def test_a_layer_with_an_activation_under_fullgraph_compiled_autograd_gives_the_
     x0 = torch.randn(4, 64, generator=gen).to(torch.bfloat16)
     g = torch.randn(4, 32, generator=gen)
 
-    def grad(compiled: bool) -> torch.Tensor:
-        x = x0.clone().requires_grad_()
-        loss = (layer(x).float() * g).sum()
-        if compiled:
-            with compiled_autograd._enable(torch.compile(backend="eager", fullgraph=True)):
-                loss.backward()
-        else:
-            loss.backward()
-        return x.grad
-
-    eager = grad(False)
-    compiled = grad(True)
+    eager = _x_grad(layer, x0, g, False)
+    compiled = _x_grad(layer, x0, g, True)
     assert torch.equal(compiled, eager)
     with torch.no_grad():
         layer.activation, layer.out_dtype = None, torch.float32  # (the float32 pre-activations)
