@@ -17,7 +17,8 @@ the object found there and a fingerprint of its value. The result is a :class:`C
 Fingerprints (docs/language.md, "What a kernel captures, and when it is recompiled"): numbers,
 strings, ``None``, tuples, lists (compared element by element at every check: a list may be
 changed in place), sparsile and NumPy dtypes, NumPy and ml_dtypes scalars (type and value), by
-value; modules and classes by name; ``@jit`` kernels and ``.spk`` helpers by their source text
+value (a NaN by its bits: its payload reaches the code; an enum member by its class, name and
+value); modules and classes by name; ``@jit`` kernels and ``.spk`` helpers by their source text
 (and the text of each ``.spk`` module their module imports); any other object by identity in the
 process and its type's name on disk, together with each attribute a kernel reads from it.
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import struct
 import threading
 import types as pytypes
 from collections.abc import Callable
@@ -415,6 +417,8 @@ def fingerprint(obj: Any) -> tuple[Any, ...]:
         return ("missing",)
     kind = type(obj)
     if kind in _IMMUTABLE:
+        if kind is float and obj != obj:  # a NaN: `repr` is `nan` for all, the payload reaches the code too
+            return ("value", "float", repr(obj), struct.pack("<d", obj).hex())
         return ("value", kind.__name__, repr(obj))
     if kind is tuple or kind is list:
         return (kind.__name__, *(fingerprint(x) for x in obj))
@@ -431,11 +435,14 @@ def fingerprint(obj: Any) -> tuple[Any, ...]:
         import numpy as np
 
         if isinstance(obj, np.generic):  # ml_dtypes' scalars too (bfloat16, float8_*): by value, as NumPy's
+            if obj != obj and obj.dtype.itemsize <= 8:  # a NaN by its bits (longdouble's padding is not its value)
+                return ("value", kind.__name__, repr(obj.item()), obj.tobytes().hex())
             return ("value", kind.__name__, repr(obj.item()))
         if isinstance(obj, np.dtype):
             return ("dtype", str(obj))
     if isinstance(obj, enum.Enum):
-        return ("value", f"{module}.{kind.__qualname__}", obj.name)
+        # and its value: two classes of one qualified name (made by one factory) may differ there
+        return ("value", f"{module}.{kind.__qualname__}", obj.name, fingerprint(obj.value))
     if module.split(".")[0] == "sparsile" and module != "sparsile.driver.module":
         from ..ir import types as T
 

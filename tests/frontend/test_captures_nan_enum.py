@@ -1,0 +1,127 @@
+"""Captured values that compile differently key the compile cache differently (docs/language.md,
+"What a kernel captures"): a NaN by its payload, an enum member by its value.
+
+History: ``fingerprint`` keyed a float by ``repr`` (every NaN is ``nan``) and an enum member by its
+class and name. A NaN's payload reaches the PTX (``x * v`` with a quiet NaN of payload 1 or 2 are
+two constants), and two ``IntEnum`` classes of one qualified name (made by one factory) may give a
+member of one name other values: two kernels of one source shared one compile cache entry, and the
+second compiled to the first's PTX, silently (the interpreter, which does not go through that
+cache, gave the right numbers).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+import pytest
+
+import sparsile as sp
+from sparsile.driver import cache as cache_mod
+from sparsile.frontend.sema.captures import fingerprint
+from sparsile.tests.support.jit_source import import_source
+
+SOURCE = '''
+import enum
+
+import sparsile as sp
+
+
+def make_closure(v):
+    @sp.jit
+    def k(x, out):
+        i = sp.arange(0, 8)
+        sp.store(out + i, sp.load(x + i) * v)
+
+    return k
+
+
+def make_default(v):
+    @sp.jit
+    def h(x, b=v):
+        return x * b
+
+    @sp.jit
+    def k(x, out):
+        i = sp.arange(0, 8)
+        sp.store(out + i, h(sp.load(x + i)))
+
+    return k
+
+
+def make_enum(v):
+    class Scale(enum.IntEnum):
+        A = v
+
+    @sp.jit
+    def k(x, out):
+        i = sp.arange(0, 8)
+        sp.store(out + i, sp.load(x + i) * Scale.A)
+
+    return k
+'''
+
+SIGNATURE = {"x": sp.ptr[sp.f32], "out": sp.ptr[sp.f32]}
+
+
+def f64_nan(payload: int) -> float:
+    """A quiet f64 NaN whose payload survives the conversion to f32 (high mantissa bits)."""
+    return struct.unpack("<d", struct.pack("<Q", 0x7FF8_0000_0000_0000 | payload << 29))[0]
+
+
+def f32_nan(payload: int) -> np.float32:
+    return np.frombuffer(struct.pack("<I", 0x7FC0_0000 | payload), np.float32)[0]
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    cache_mod.reset_default_cache()
+    yield
+    cache_mod.reset_default_cache()
+
+
+def distinct_cached_ptx(module: Any, factory: str, values: tuple[Any, ...]) -> set[str]:
+    """The PTX of one kernel per value through the compile cache, each checked against an uncached compile."""
+    ptxs: set[str] = set()
+    for value in values:
+        k = getattr(module, factory)(value)
+        cached = k.compile(SIGNATURE, stop_after="ptx").ptx
+        assert cached == k.compile(SIGNATURE, stop_after="ptx", cache=False).ptx, (factory, value)
+        ptxs.add(cached)
+    return ptxs
+
+
+@pytest.mark.parametrize("factory", ["make_closure", "make_default"])
+@pytest.mark.parametrize("nan", [f64_nan, f32_nan], ids=["float", "np.float32"])
+def test_a_captured_nan_keys_the_compile_cache_by_its_payload(tmp_path, fresh_cache, factory: str, nan: Any) -> None:
+    module = import_source(SOURCE, tmp_path, "nan_capture")
+    assert len(distinct_cached_ptx(module, factory, (nan(1), nan(2)))) == 2
+
+
+def test_a_captured_enum_member_keys_the_compile_cache_by_its_value(tmp_path, fresh_cache) -> None:
+    module = import_source(SOURCE, tmp_path, "enum_capture")
+    x = np.random.default_rng(56).uniform(-4.0, 4.0, 8).astype(np.float32)
+    for value in (2, 3):
+        out = np.full(8, np.nan, np.float32)
+        module.make_enum(value).interpret[(1,)](x, out)
+        np.testing.assert_array_equal(out, x * np.float32(value))
+    assert len(distinct_cached_ptx(module, "make_enum", (2, 3, -5))) == 3
+
+
+def test_nans_and_enum_members_are_fingerprinted_by_their_bits_and_values() -> None:
+    import enum
+
+    assert fingerprint(f64_nan(1)) == fingerprint(f64_nan(1)) != fingerprint(f64_nan(2))
+    assert fingerprint(f32_nan(1)) == fingerprint(f32_nan(1)) != fingerprint(f32_nan(2))
+    assert fingerprint((f32_nan(1),)) != fingerprint((f32_nan(2),))
+    assert fingerprint(1.5) == ("value", "float", "1.5")  # numbers other than NaN: as before
+
+    def member(v: int) -> enum.IntEnum:
+        class E(enum.IntEnum):
+            A = v
+
+        return E.A
+
+    assert fingerprint(member(2)) == fingerprint(member(2)) != fingerprint(member(3))
