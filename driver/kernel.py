@@ -44,6 +44,7 @@ from ..frontend.sema.specialize import (
     bind_arguments,
     constant_notes,
     constexpr_binding,
+    constexpr_key,
     constexpr_value,
     none_pointer,
     specialize_memo,
@@ -323,7 +324,7 @@ class Kernel:
             if p.annotation is T.CONSTEXPR or none_pointer(p, v):
                 v = constexpr_value(p, v)  # as a launch's (np.True_ a bool, a list a tuple; SP0723)
                 bindings[p.name] = constexpr_binding(v)
-                key.append((p.name, "c", repr(v)))
+                key.append((p.name, "c", constexpr_key(v)))  # (as a launch's: a NaN by its bits)
             else:
                 if isinstance(v, ArgSpec):
                     spec = v

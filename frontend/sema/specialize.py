@@ -310,7 +310,7 @@ def specialize(kernel_name: str, params: list[ParamInfo], bound: dict[str, Any],
         if p.annotation is T.CONSTEXPR or none_pointer(p, v):
             c = constexpr_value(p, v)
             bindings[p.name] = constexpr_binding(c)
-            key.append((p.name, "c", _hashable(c)))
+            key.append((p.name, "c", constexpr_key(c)))
         else:
             s = arg_spec(p, v, host_copies_aligned=host_copies_aligned)
             bindings[p.name] = s
@@ -399,6 +399,13 @@ def _holds_typed(c: tuple) -> bool:
 _MAX_CONSTEXPR_DEPTH = 32
 """The deepest nesting of tuples a constexpr argument may have (deeper ones would only exhaust
 Python's recursion in hashing and sema)."""
+
+
+def constexpr_key(c: Any) -> Any:
+    """The specialization key of constexpr value ``c`` (:func:`constexpr_value`), the same for a
+    launch and an ahead-of-time signature: hashable, a float by its bits (``-0.0`` is not ``0.0``;
+    NaNs of other payloads compile to other constants, and ``repr`` is ``nan`` for all)."""
+    return _hashable(c)
 
 
 def _hashable(v: Any) -> Any:
