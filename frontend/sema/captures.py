@@ -16,11 +16,12 @@ the object found there and a fingerprint of its value. The result is a :class:`C
 
 Fingerprints (docs/language.md, "What a kernel captures, and when it is recompiled"): numbers,
 strings, ``None``, tuples, lists (compared element by element at every check: a list may be
-changed in place), sparsile and NumPy dtypes, NumPy and ml_dtypes scalars (type and value), by
-value (a NaN by its bits: its payload reaches the code; an enum member by its class, name and
-value); modules and classes by name; ``@jit`` kernels and ``.spk`` helpers by their source text
-(and the text of each ``.spk`` module their module imports); any other object by identity in the
-process and its type's name on disk, together with each attribute a kernel reads from it.
+changed in place), sparsile, NumPy and torch dtypes, NumPy and ml_dtypes scalars and typed
+constants (``sp.f32(1.5)``; type and value), by value (a NaN by its bits: its payload reaches the
+code; an enum member by its class, name and value); modules and classes by name; ``@jit`` kernels
+and ``.spk`` helpers by their source text (and the text of each ``.spk`` module their module
+imports); any other object by identity in the process and its type's name on disk, together with
+each attribute a kernel reads from it.
 
 ``.spk`` modules need none of this: their constants cannot change after loading and the whole
 module text is already part of every key.
@@ -440,12 +441,16 @@ def fingerprint(obj: Any) -> tuple[Any, ...]:
             return ("value", kind.__name__, repr(obj.item()))
         if isinstance(obj, np.dtype):
             return ("dtype", str(obj))
+    if module == "torch" and kind.__name__ == "dtype":  # `D == torch.float16` compiles one branch or the other
+        return ("dtype", str(obj))
     if isinstance(obj, enum.Enum):
         # and its value: two classes of one qualified name (made by one factory) may differ there
         return ("value", f"{module}.{kind.__qualname__}", obj.name, fingerprint(obj.value))
     if module.split(".")[0] == "sparsile" and module != "sparsile.driver.module":
         from ..ir import types as T
 
+        if kind is T.TypedConstant:  # `f32(nan)` is the repr of every NaN: its value's own fingerprint
+            return ("sparsile", "TypedConstant", str(obj.dtype), fingerprint(obj.value))
         name = getattr(obj, "name", None)  # builtins, namespaces, type constructors: registered once
         label = repr(obj) if isinstance(obj, T.Type) or not isinstance(name, str) else name
         return ("sparsile", kind.__qualname__, label)
