@@ -15,7 +15,7 @@ the object found there and a fingerprint of its value. The result is a :class:`C
   disk cache key, so that another process with other values compiles anew.
 
 Fingerprints (docs/language.md, "What a kernel captures, and when it is recompiled"): numbers,
-strings, ``None``, tuples, lists (compared element by element at every check: a list may be
+strings, ``None``, tuples (named tuples too), lists (compared element by element at every check: a list may be
 changed in place), sparsile, NumPy and torch dtypes, NumPy and ml_dtypes scalars and typed
 constants (``sp.f32(1.5)``; type and value), by value (a NaN by its bits: its payload reaches the
 code; an enum member by its class, name and value); modules and classes by name; ``@jit`` kernels
@@ -86,7 +86,7 @@ def _same_identity_kind(a: Any, b: Any) -> bool:
     in tuples and lists too."""
     if a is b:
         return True
-    if type(a) in (tuple, list):
+    if isinstance(a, tuple | list):
         return len(a) == len(b) and all(_same_identity_kind(x, y) for x, y in zip(a, b, strict=True))
     return not _by_identity(a)
 
@@ -423,6 +423,8 @@ def fingerprint(obj: Any) -> tuple[Any, ...]:
         return ("value", kind.__name__, repr(obj))
     if kind is tuple or kind is list:
         return (kind.__name__, *(fingerprint(x) for x in obj))
+    if isinstance(obj, tuple) and hasattr(kind, "_fields"):  # a named tuple (`v[1]`, `a, b = v`): by its elements
+        return ("namedtuple", f"{kind.__module__}.{kind.__qualname__}", *(fingerprint(x) for x in obj))
     function_kind = next((name for cls, name in FUNCTION_TYPES.items() if isinstance(obj, cls)), None)
     if function_kind is not None:
         node = obj.node
@@ -467,6 +469,6 @@ def _compared_by_value(obj: Any) -> bool:
     kind = type(obj)
     if kind is list:
         return True
-    if kind is tuple:
+    if isinstance(obj, tuple):  # (named tuples too)
         return any(_compared_by_value(x) for x in obj)
     return False
