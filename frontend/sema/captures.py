@@ -20,7 +20,8 @@ changed in place), sparsile, NumPy and torch dtypes, NumPy and ml_dtypes scalars
 constants (``sp.f32(1.5)``; type and value), by value (a NaN by its bits: its payload reaches the
 code; an enum member by its class, name and value); modules and classes by name; ``@jit`` kernels
 and ``.spk`` helpers by their source text (and the text of each ``.spk`` module their module
-imports); any other object by identity in the process and its type's name on disk, together with
+imports); any other object by identity in the process and its type's name on disk (a dataclass
+instance's or ``SimpleNamespace``'s fields too: ``cfg == FAST`` compares them), together with
 each attribute a kernel reads from it.
 
 ``.spk`` modules need none of this: their constants cannot change after loading and the whole
@@ -29,6 +30,7 @@ module text is already part of every key.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import struct
@@ -460,7 +462,20 @@ def fingerprint(obj: Any) -> tuple[Any, ...]:
         return ("class", f"{obj.__module__}.{obj.__qualname__}")
     if isinstance(obj, pytypes.FunctionType | pytypes.BuiltinFunctionType):
         return ("function", f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', '?')}")
+    fields = _field_values(obj)
+    if fields is not None:  # (`cfg == FAST` folds Python's `==`, which compares them)
+        return ("object", f"{module}.{kind.__qualname__}", *((name, fingerprint(v)) for name, v in fields))
     return ("object", f"{module}.{kind.__qualname__}")
+
+
+def _field_values(obj: Any) -> list[tuple[str, Any]] | None:
+    """A dataclass instance's fields or a ``SimpleNamespace``'s attributes, by name; None for any
+    other object."""
+    if type(obj) is pytypes.SimpleNamespace:
+        return sorted(vars(obj).items())
+    if dataclasses.is_dataclass(obj):
+        return [(f.name, getattr(obj, f.name, MISSING)) for f in dataclasses.fields(obj)]
+    return None
 
 
 def _compared_by_value(obj: Any) -> bool:

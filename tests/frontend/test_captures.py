@@ -227,7 +227,7 @@ def test_fingerprints() -> None:
     assert fingerprint(np.dtype("float16")) == ("dtype", "float16")
     assert fingerprint(sp.f16) == fingerprint(sp.f16) != fingerprint(sp.f32)
     assert fingerprint(scaled)[0] == "kernel" and fingerprint(np)[:2] == ("module", "numpy")
-    assert fingerprint(CFG) == ("object", "types.SimpleNamespace")
+    assert fingerprint(CFG) == ("object", "types.SimpleNamespace", ("shift", fingerprint(10.0)))  # (its fields too)
 
 
 def test_reads_are_recorded_inside_a_recording_misses_included(monkeypatch) -> None:

@@ -1,0 +1,78 @@
+"""A captured dataclass instance or ``SimpleNamespace`` keys the compile cache by its fields too
+(docs/language.md, "What a kernel captures").
+
+History: ``fingerprint`` keyed such an object on disk by its type's name alone (and each attribute a
+kernel read from it). A kernel comparing two of them (``if cfg == FAST:``) folds Python's ``==``,
+which compares their fields: two kernels of one source capturing ``Cfg(1), Cfg(1)`` and
+``Cfg(1), Cfg(2)`` shared one compile cache entry, and the second compiled to the first's PTX,
+silently (the interpreter, which does not go through that cache, gave the right numbers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+
+import numpy as np
+import pytest
+
+import sparsile as sp
+from sparsile.driver import cache as cache_mod
+from sparsile.frontend.sema.captures import fingerprint
+from sparsile.tests.support.jit_source import import_source
+
+SOURCE = '''
+import sparsile as sp
+
+
+def make_eq(v, w):
+    @sp.jit
+    def k(x, out):
+        i = sp.arange(0, 8)
+        if v == w:
+            sp.store(out + i, sp.load(x + i) * 2.0)
+        else:
+            sp.store(out + i, sp.load(x + i) * 3.0)
+
+    return k
+'''
+
+SIGNATURE = {"x": sp.ptr[sp.f32], "out": sp.ptr[sp.f32]}
+
+
+@dataclasses.dataclass(frozen=True)
+class Cfg:
+    block: int
+    scale: float = 1.0
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    cache_mod.reset_default_cache()
+    yield
+    cache_mod.reset_default_cache()
+
+
+@pytest.mark.parametrize("make", [Cfg, lambda b: types.SimpleNamespace(block=b)], ids=["dataclass", "namespace"])
+def test_a_captured_object_compared_with_eq_keys_the_compile_cache_by_its_fields(tmp_path, fresh_cache, make) -> None:
+    module = import_source(SOURCE, tmp_path, "eq_capture")
+    x = np.random.default_rng(56).uniform(-4.0, 4.0, 8).astype(np.float32)
+    ptxs: list[str] = []
+    for other, scale in ((1, 2.0), (2, 3.0)):
+        k = module.make_eq(make(1), make(other))
+        out = np.full(8, np.nan, np.float32)
+        k.interpret[(1,)](x, out)
+        np.testing.assert_array_equal(out, x * np.float32(scale))
+        cached = k.compile(SIGNATURE, stop_after="ptx").ptx
+        assert cached == k.compile(SIGNATURE, stop_after="ptx", cache=False).ptx, other
+        ptxs.append(cached)
+    assert ptxs[0] != ptxs[1]
+
+
+def test_dataclasses_and_namespaces_are_fingerprinted_by_their_fields() -> None:
+    assert fingerprint(Cfg(1)) == fingerprint(Cfg(1)) != fingerprint(Cfg(2)) != fingerprint(Cfg(2, -0.0))
+    assert fingerprint(Cfg(2, 0.0)) != fingerprint(Cfg(2, -0.0))
+    ns = types.SimpleNamespace
+    assert fingerprint(ns(a=1, b=2)) == fingerprint(ns(b=2, a=1)) != fingerprint(ns(a=1, b=3))
+    assert fingerprint(Cfg(1))[0] == "object"  # (compared by identity in the process, as before)
