@@ -125,3 +125,59 @@ def test_nans_and_enum_members_are_fingerprinted_by_their_bits_and_values() -> N
         return E.A
 
     assert fingerprint(member(2)) == fingerprint(member(2)) != fingerprint(member(3))
+
+
+CHILD = '''
+import enum
+import os
+import struct
+
+import sparsile as sp
+from sparsile.driver import cache
+
+
+class Scale(enum.IntEnum):
+    A = int(os.environ["SCALE_A"])
+
+
+NAN = struct.unpack("<d", struct.pack("<Q", 0x7FF8_0000_0000_0000 | int(os.environ["NAN_PAYLOAD"]) << 29))[0]
+
+
+@sp.jit
+def k(x, out):
+    i = sp.arange(0, 8)
+    sp.store(out + i, sp.load(x + i) * Scale.A)
+    sp.store(out + 8 + i, sp.load(x + i) * NAN)
+
+
+ptx = k.compile({"x": sp.ptr[sp.f32], "out": sp.ptr[sp.f32]}, stop_after="ptx").ptx
+stats = cache.default_cache().stats
+print("hits", stats.disk_hits, "misses", stats.misses)
+print(ptx)
+'''
+
+
+def test_a_new_process_with_another_enum_value_or_nan_payload_compiles_anew(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    root = Path(sp.__file__).resolve().parents[1]
+
+    def child(scale: int, payload: int) -> tuple[str, str]:
+        env = {**os.environ, "SCALE_A": str(scale), "NAN_PAYLOAD": str(payload), "SPARSILE_CACHE_DIR":
+               str(tmp_path / "cache"), "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+        done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        stats, _, ptx = done.stdout.partition("\n")
+        return stats, ptx
+
+    first = child(2, 1)
+    assert first[0] == "hits 0 misses 1"
+    for scale, payload in ((3, 1), (2, 2)):
+        other = child(scale, payload)
+        assert other[0] == "hits 0 misses 1" and other[1] != first[1], (scale, payload)
+    assert child(2, 1) == ("hits 1 misses 0", first[1])
