@@ -18,7 +18,8 @@ Fingerprints (docs/language.md, "What a kernel captures, and when it is recompil
 strings, ``None``, tuples (named tuples too), lists (compared element by element at every check: a list may be
 changed in place), sparsile, NumPy and torch dtypes, NumPy and ml_dtypes scalars and typed
 constants (``sp.f32(1.5)``; type and value), by value (a NaN by its bits: its payload reaches the
-code; an enum member by its class, name and value); modules and classes by name; ``@jit`` kernels
+code; an enum member by its class, name and value; an instance of a subclass of ``int``, ``float``
+or ``str`` by its class and value); modules and classes by name; ``@jit`` kernels
 and ``.spk`` helpers by their source text (and the text of each ``.spk`` module their module
 imports); any other object by identity in the process and its type's name on disk (a dataclass
 instance's or ``SimpleNamespace``'s fields too: ``cfg == FAST`` compares them), together with
@@ -450,6 +451,9 @@ def fingerprint(obj: Any) -> tuple[Any, ...]:
     if isinstance(obj, enum.Enum):
         # and its value: two classes of one qualified name (made by one factory) may differ there
         return ("value", f"{module}.{kind.__qualname__}", obj.name, fingerprint(obj.value))
+    base = next((b for b in _IMMUTABLE if isinstance(obj, b)), None)
+    if base is not None:  # `class Size(int)`: the kernel folds its value (`x * v`, `v == "fast"`)
+        return ("value", f"{module}.{kind.__qualname__}", fingerprint(base(obj)))
     if module.split(".")[0] == "sparsile" and module != "sparsile.driver.module":
         from ..ir import types as T
 
