@@ -466,10 +466,24 @@ def fingerprint(obj: Any) -> tuple[Any, ...]:
         return ("class", f"{obj.__module__}.{obj.__qualname__}")
     if isinstance(obj, pytypes.FunctionType | pytypes.BuiltinFunctionType):
         return ("function", f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', '?')}")
+    label = f"{module}.{kind.__qualname__}"
     fields = _field_values(obj)
-    if fields is not None:  # (`cfg == FAST` folds Python's `==`, which compares them)
-        return ("object", f"{module}.{kind.__qualname__}", *((name, fingerprint(v)) for name, v in fields))
-    return ("object", f"{module}.{kind.__qualname__}")
+    if fields is None:
+        return ("object", label)
+    path: list[int] = _fields_path.__dict__.setdefault("ids", [])  # the objects whose fields are being read
+    if id(obj) in path or len(path) >= _MAX_FIELD_DEPTH:  # a cycle (a tree's parent links) or deep nesting
+        return ("object", label)
+    path.append(id(obj))
+    try:  # (`cfg == FAST` folds Python's `==`, which compares them)
+        return ("object", label, *((name, fingerprint(v)) for name, v in fields))
+    finally:
+        path.pop()
+
+
+_fields_path = threading.local()
+_MAX_FIELD_DEPTH = 8
+"""How deep :func:`fingerprint` reads the fields of dataclass instances and namespaces inside one
+another; deeper ones (and one met again inside itself) by their type alone."""
 
 
 def _field_values(obj: Any) -> list[tuple[str, Any]] | None:

@@ -76,3 +76,24 @@ def test_dataclasses_and_namespaces_are_fingerprinted_by_their_fields() -> None:
     ns = types.SimpleNamespace
     assert fingerprint(ns(a=1, b=2)) == fingerprint(ns(b=2, a=1)) != fingerprint(ns(a=1, b=3))
     assert fingerprint(Cfg(1))[0] == "object"  # (compared by identity in the process, as before)
+
+
+@dataclasses.dataclass
+class Node:
+    value: int
+    parent: Node | None = None
+    children: list[Node] = dataclasses.field(default_factory=list)
+
+
+def test_cyclic_and_deep_objects_have_a_fingerprint() -> None:
+    root = Node(1)
+    root.children.append(Node(2, root))  # a cycle through `parent`
+    ns = types.SimpleNamespace(a=1)
+    ns.me = ns
+    chain = Node(0)
+    for i in range(5000):  # deeper than Python's recursion limit
+        chain = Node(i, chain)
+    for obj in (root, ns, chain):
+        assert fingerprint(obj) == fingerprint(obj)
+        assert fingerprint(obj)[:2] == ("object", f"{type(obj).__module__}.{type(obj).__qualname__}")
+    assert fingerprint(Node(1, Node(2))) != fingerprint(Node(1, Node(3)))
