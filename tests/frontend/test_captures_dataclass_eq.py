@@ -13,12 +13,11 @@ from __future__ import annotations
 import dataclasses
 import types
 
-import numpy as np
 import pytest
 
-import sparsile as sp
-from sparsile.driver import cache as cache_mod
 from sparsile.frontend.sema.captures import fingerprint
+from sparsile.tests.support import cache_fixture
+from sparsile.tests.support.capture_cache import distinct_cached_ptx, scales_x
 from sparsile.tests.support.jit_source import import_source
 
 SOURCE = '''
@@ -37,7 +36,6 @@ def make_eq(v, w):
     return k
 '''
 
-SIGNATURE = {"x": sp.ptr[sp.f32], "out": sp.ptr[sp.f32]}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,28 +44,17 @@ class Cfg:
     scale: float = 1.0
 
 
-@pytest.fixture
-def fresh_cache(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, str(tmp_path / "cache"))
-    cache_mod.reset_default_cache()
-    yield
-    cache_mod.reset_default_cache()
+fresh_cache = cache_fixture.fresh_cache  # (an empty default compile cache: tests/support/cache_fixture.py)
 
 
 @pytest.mark.parametrize("make", [Cfg, lambda b: types.SimpleNamespace(block=b)], ids=["dataclass", "namespace"])
 def test_a_captured_object_compared_with_eq_keys_the_compile_cache_by_its_fields(tmp_path, fresh_cache, make) -> None:
     module = import_source(SOURCE, tmp_path, "eq_capture")
-    x = np.random.default_rng(56).uniform(-4.0, 4.0, 8).astype(np.float32)
-    ptxs: list[str] = []
+    kernels = []
     for other, scale in ((1, 2.0), (2, 3.0)):
-        k = module.make_eq(make(1), make(other))
-        out = np.full(8, np.nan, np.float32)
-        k.interpret[(1,)](x, out)
-        np.testing.assert_array_equal(out, x * np.float32(scale))
-        cached = k.compile(SIGNATURE, stop_after="ptx").ptx
-        assert cached == k.compile(SIGNATURE, stop_after="ptx", cache=False).ptx, other
-        ptxs.append(cached)
-    assert ptxs[0] != ptxs[1]
+        kernels.append(module.make_eq(make(1), make(other)))
+        scales_x(kernels[-1], scale)
+    assert len(distinct_cached_ptx(kernels)) == 2
 
 
 def test_dataclasses_and_namespaces_are_fingerprinted_by_their_fields() -> None:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import sparsile as sp
-from sparsile.driver import cache as cache_mod
 from sparsile.frontend.sema.captures import fingerprint
+from sparsile.tests.support import cache_fixture
+from sparsile.tests.support.capture_cache import distinct_cached_ptx, scales_x
 from sparsile.tests.support.jit_source import import_source
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -46,15 +46,9 @@ def make_closure(v):
     return k
 '''
 
-SIGNATURE = {"x": sp.ptr[sp.f32], "out": sp.ptr[sp.f32]}
 
 
-@pytest.fixture
-def fresh_cache(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, str(tmp_path / "cache"))
-    cache_mod.reset_default_cache()
-    yield
-    cache_mod.reset_default_cache()
+fresh_cache = cache_fixture.fresh_cache  # (an empty default compile cache: tests/support/cache_fixture.py)
 
 
 @pytest.mark.parametrize("factory", ["make_default", "make_closure"])
@@ -62,17 +56,11 @@ def fresh_cache(tmp_path, monkeypatch) -> None:
 def test_an_ml_dtypes_capture_keys_the_compile_cache_by_value(tmp_path, fresh_cache, factory: str, kind: str) -> None:
     module = import_source(SOURCE, tmp_path, "ml_capture")
     scalar = getattr(ml_dtypes, kind)
-    x = np.random.default_rng(56).uniform(-4.0, 4.0, 8).astype(np.float32)
-    ptxs: set[str] = set()
+    kernels = []
     for value in (1.5, 2.5, -3.0):  # exact in each type
-        k = getattr(module, factory)(scalar(value))
-        out = np.full(8, np.nan, np.float32)
-        k.interpret[(1,)](x, out)
-        np.testing.assert_array_equal(out, x * np.float32(value))
-        cached = k.compile(SIGNATURE, stop_after="ptx").ptx
-        assert cached == k.compile(SIGNATURE, stop_after="ptx", cache=False).ptx, (kind, value)
-        ptxs.add(cached)
-    assert len(ptxs) == 3
+        kernels.append(getattr(module, factory)(scalar(value)))
+        scales_x(kernels[-1], value)
+    assert len(distinct_cached_ptx(kernels)) == 3
 
 
 def test_ml_dtypes_scalars_are_fingerprinted_by_type_and_value() -> None:

@@ -11,15 +11,14 @@ cache, gave the right numbers).
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
-import numpy as np
 import pytest
 
 import sparsile as sp
-from sparsile.driver import cache as cache_mod
 from sparsile.frontend.sema.captures import fingerprint
+from sparsile.tests.support import cache_fixture
+from sparsile.tests.support.capture_cache import distinct_cached_ptx, f32_nan, f64_nan, scales_x
 from sparsile.tests.support.jit_source import import_source
 
 SOURCE = '''
@@ -62,52 +61,23 @@ def make_enum(v):
     return k
 '''
 
-SIGNATURE = {"x": sp.ptr[sp.f32], "out": sp.ptr[sp.f32]}
 
 
-def f64_nan(payload: int) -> float:
-    """A quiet f64 NaN whose payload survives the conversion to f32 (high mantissa bits)."""
-    return struct.unpack("<d", struct.pack("<Q", 0x7FF8_0000_0000_0000 | payload << 29))[0]
-
-
-def f32_nan(payload: int) -> np.float32:
-    return np.frombuffer(struct.pack("<I", 0x7FC0_0000 | payload), np.float32)[0]
-
-
-@pytest.fixture
-def fresh_cache(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, str(tmp_path / "cache"))
-    cache_mod.reset_default_cache()
-    yield
-    cache_mod.reset_default_cache()
-
-
-def distinct_cached_ptx(module: Any, factory: str, values: tuple[Any, ...]) -> set[str]:
-    """The PTX of one kernel per value through the compile cache, each checked against an uncached compile."""
-    ptxs: set[str] = set()
-    for value in values:
-        k = getattr(module, factory)(value)
-        cached = k.compile(SIGNATURE, stop_after="ptx").ptx
-        assert cached == k.compile(SIGNATURE, stop_after="ptx", cache=False).ptx, (factory, value)
-        ptxs.add(cached)
-    return ptxs
+fresh_cache = cache_fixture.fresh_cache  # (an empty default compile cache: tests/support/cache_fixture.py)
 
 
 @pytest.mark.parametrize("factory", ["make_closure", "make_default"])
 @pytest.mark.parametrize("nan", [f64_nan, f32_nan], ids=["float", "np.float32"])
 def test_a_captured_nan_keys_the_compile_cache_by_its_payload(tmp_path, fresh_cache, factory: str, nan: Any) -> None:
     module = import_source(SOURCE, tmp_path, "nan_capture")
-    assert len(distinct_cached_ptx(module, factory, (nan(1), nan(2)))) == 2
+    assert len(distinct_cached_ptx(getattr(module, factory)(v) for v in (nan(1), nan(2)))) == 2
 
 
 def test_a_captured_enum_member_keys_the_compile_cache_by_its_value(tmp_path, fresh_cache) -> None:
     module = import_source(SOURCE, tmp_path, "enum_capture")
-    x = np.random.default_rng(56).uniform(-4.0, 4.0, 8).astype(np.float32)
     for value in (2, 3):
-        out = np.full(8, np.nan, np.float32)
-        module.make_enum(value).interpret[(1,)](x, out)
-        np.testing.assert_array_equal(out, x * np.float32(value))
-    assert len(distinct_cached_ptx(module, "make_enum", (2, 3, -5))) == 3
+        scales_x(module.make_enum(value), value)
+    assert len(distinct_cached_ptx(module.make_enum(v) for v in (2, 3, -5))) == 3
 
 
 def test_nans_and_enum_members_are_fingerprinted_by_their_bits_and_values() -> None:

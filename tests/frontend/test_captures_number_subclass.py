@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import sparsile as sp
-from sparsile.driver import cache as cache_mod
 from sparsile.frontend.sema.captures import fingerprint
+from sparsile.tests.support import cache_fixture
+from sparsile.tests.support.capture_cache import distinct_cached_ptx, scales_x
 from sparsile.tests.support.jit_source import import_source
 
 SOURCE = '''
@@ -55,15 +55,9 @@ def make_mode(v):
     return k
 '''
 
-SIGNATURE = {"x": sp.ptr[sp.f32], "out": sp.ptr[sp.f32]}
 
 
-@pytest.fixture
-def fresh_cache(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, str(tmp_path / "cache"))
-    cache_mod.reset_default_cache()
-    yield
-    cache_mod.reset_default_cache()
+fresh_cache = cache_fixture.fresh_cache  # (an empty default compile cache: tests/support/cache_fixture.py)
 
 
 @pytest.mark.parametrize(("cls", "factory", "values", "scales"), [
@@ -74,17 +68,11 @@ def fresh_cache(tmp_path, monkeypatch) -> None:
 def test_a_captured_subclass_instance_keys_the_compile_cache_by_value(tmp_path, fresh_cache, cls, factory, values,
                                                                       scales) -> None:
     module = import_source(SOURCE, tmp_path, "subclass_capture")
-    x = np.random.default_rng(56).uniform(-4.0, 4.0, 8).astype(np.float32)
-    ptxs: list[str] = []
+    kernels = []
     for value, scale in zip(values, scales, strict=True):
-        k = getattr(module, factory)(getattr(module, cls)(value))
-        out = np.full(8, np.nan, np.float32)
-        k.interpret[(1,)](x, out)
-        np.testing.assert_array_equal(out, x * np.float32(scale))
-        cached = k.compile(SIGNATURE, stop_after="ptx").ptx
-        assert cached == k.compile(SIGNATURE, stop_after="ptx", cache=False).ptx, value
-        ptxs.append(cached)
-    assert ptxs[0] != ptxs[1]
+        kernels.append(getattr(module, factory)(getattr(module, cls)(value)))
+        scales_x(kernels[-1], scale)
+    assert len(distinct_cached_ptx(kernels)) == 2
 
 
 def test_subclass_instances_are_fingerprinted_by_type_and_value() -> None:

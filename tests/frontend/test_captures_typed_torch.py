@@ -10,15 +10,12 @@ silently.
 
 from __future__ import annotations
 
-import struct
-from typing import Any
-
-import numpy as np
 import pytest
 
 import sparsile as sp
-from sparsile.driver import cache as cache_mod
 from sparsile.frontend.sema.captures import fingerprint
+from sparsile.tests.support import cache_fixture
+from sparsile.tests.support.capture_cache import distinct_cached_ptx, f32_nan, scales_x
 from sparsile.tests.support.jit_source import import_source
 
 SOURCE = '''
@@ -46,30 +43,9 @@ def make_branch(v, torch):
     return k
 '''
 
-SIGNATURE = {"x": sp.ptr[sp.f32], "out": sp.ptr[sp.f32]}
 
 
-def f32_nan(payload: int) -> float:
-    """An f32 quiet NaN of ``payload``, as a Python float (exact in f32)."""
-    return float(np.frombuffer(struct.pack("<I", 0x7FC0_0000 | payload), np.float32)[0])
-
-
-@pytest.fixture
-def fresh_cache(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, str(tmp_path / "cache"))
-    cache_mod.reset_default_cache()
-    yield
-    cache_mod.reset_default_cache()
-
-
-def distinct_cached_ptx(kernels: list[Any]) -> set[str]:
-    """The PTX of each kernel through the compile cache, each checked against an uncached compile."""
-    ptxs: set[str] = set()
-    for k in kernels:
-        cached = k.compile(SIGNATURE, stop_after="ptx").ptx
-        assert cached == k.compile(SIGNATURE, stop_after="ptx", cache=False).ptx
-        ptxs.add(cached)
-    return ptxs
+fresh_cache = cache_fixture.fresh_cache  # (an empty default compile cache: tests/support/cache_fixture.py)
 
 
 def test_a_captured_typed_nan_keys_the_compile_cache_by_its_payload(tmp_path, fresh_cache) -> None:
@@ -81,11 +57,8 @@ def test_a_captured_typed_nan_keys_the_compile_cache_by_its_payload(tmp_path, fr
 def test_a_captured_torch_dtype_keys_the_compile_cache_by_its_name(tmp_path, fresh_cache) -> None:
     torch = pytest.importorskip("torch")
     module = import_source(SOURCE, tmp_path, "torch_capture")
-    x = np.random.default_rng(56).uniform(-4.0, 4.0, 8).astype(np.float32)
     for dtype, scale in ((torch.float16, 2.0), (torch.float32, 3.0)):
-        out = np.full(8, np.nan, np.float32)
-        module.make_branch(dtype, torch).interpret[(1,)](x, out)
-        np.testing.assert_array_equal(out, x * np.float32(scale))
+        scales_x(module.make_branch(dtype, torch), scale)
     kernels = [module.make_branch(d, torch) for d in (torch.float16, torch.float32, torch.bfloat16)]
     assert len(distinct_cached_ptx(kernels)) == 2  # bfloat16 takes float32's branch
 
