@@ -72,7 +72,11 @@ class ScalarType(Type):
     def __call__(self, value: bool | int | float) -> TypedConstant:
         """``u8(250)`` evaluated by Python (a @jit kernel's constexpr default, a constexpr argument, a
         module constant a @jit kernel reads): the typed constant, which sema converts as the same
-        ``u8(250)`` in a kernel (docs/language.md rule 8)."""
+        ``u8(250)`` in a kernel (docs/language.md rule 8). A NumPy (or ml_dtypes) bool, integer or
+        float of at most 64 bits is taken as its Python number, which holds it exactly
+        (``f32(np.float32(1.5))`` was a constant no kernel could use, SP0329)."""
+        if isinstance(value, np.generic) and value.dtype.kind in "biuf" and value.dtype.itemsize <= 8:
+            value = value.item()
         return TypedConstant(value, self)
 
 

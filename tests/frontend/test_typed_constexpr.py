@@ -165,3 +165,16 @@ def test_a_typed_constant_in_an_ahead_of_time_signature_stays_typed(frontend: st
     kern = _kernels()[frontend == "jit"]
     ll = kern.compile(f"X=ptr[u8], O=ptr[i32], {given}", target="sm_90a", stop_after="llvm", cache=False).llvm
     assert f"i8 {2 * c % 256}" in ll and str(2 * c) not in ll, ll[-800:]
+
+
+@pytest.mark.parametrize("frontend", ["spk", "jit"])
+@pytest.mark.parametrize("numpy_type", [np.uint8, np.int64, np.int16, np.float32, np.float64])
+def test_a_typed_constant_of_a_numpy_number_is_the_constant_of_its_value(frontend: str, numpy_type: type) -> None:
+    """``sp.u8(np.int64(c))`` (a NumPy number given to a type written in Python) is ``sp.u8(c)``: it
+    was a constant no kernel could use (SP0329 "`+` needs numbers or tiles, found u8(np.int64(3))")
+    except where NumPy's type subclasses Python's (np.float64)."""
+    kern = _kernels()[frontend == "jit"]
+    rng = np.random.default_rng(57)
+    c, x = (int(v) for v in rng.integers(129, 256, 2))
+    assert repr(sp.u8(numpy_type(c))) == f"u8({float(c) if np.dtype(numpy_type).kind == 'f' else c!r})"
+    assert _run(kern, x, C=sp.u8(numpy_type(c))) == [(2 * c) % 256, (x + c) % 256]
