@@ -18,38 +18,14 @@ import pytest
 import sparsile as sp
 from sparsile.frontend.sema.captures import fingerprint
 from sparsile.tests.support import cache_fixture
-from sparsile.tests.support.capture_cache import distinct_cached_ptx, f32_nan, f64_nan, scales_x
+from sparsile.tests.support.capture_cache import FACTORIES, distinct_cached_ptx, f32_nan, f64_nan, scales_x
 from sparsile.tests.support.jit_source import import_source
 
-SOURCE = '''
-import enum
-
-import sparsile as sp
-
-
-def make_closure(v):
-    @sp.jit
-    def k(x, out):
-        i = sp.arange(0, 8)
-        sp.store(out + i, sp.load(x + i) * v)
-
-    return k
-
-
-def make_default(v):
-    @sp.jit
-    def h(x, b=v):
-        return x * b
-
-    @sp.jit
-    def k(x, out):
-        i = sp.arange(0, 8)
-        sp.store(out + i, h(sp.load(x + i)))
-
-    return k
-
+SOURCE = FACTORIES + '''
 
 def make_enum(v):
+    import enum
+
     class Scale(enum.IntEnum):
         A = v
 

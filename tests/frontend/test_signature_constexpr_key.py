@@ -10,13 +10,12 @@ IR and PTX (the in-memory IR cache and the disk cache alike), silently. A launch
 
 from __future__ import annotations
 
-import struct
-
 import numpy as np
 import pytest
 
 import sparsile as sp
-from sparsile.driver import cache as cache_mod
+from sparsile.tests.support import cache_fixture
+from sparsile.tests.support.capture_cache import f32_nan, f64_nan
 from sparsile.tests.support.jit_source import import_source
 
 SOURCE = '''
@@ -30,20 +29,7 @@ def k(x, out, C: sp.constexpr):
 '''
 
 
-def f32_nan(payload: int) -> np.float32:
-    return np.frombuffer(struct.pack("<I", 0x7FC0_0000 | payload), np.float32)[0]
-
-
-def f64_nan(payload: int) -> float:
-    return struct.unpack("<d", struct.pack("<Q", 0x7FF8_0000_0000_0000 | payload << 29))[0]
-
-
-@pytest.fixture
-def fresh_cache(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv(cache_mod.ENV_CACHE_DIR, str(tmp_path / "cache"))
-    cache_mod.reset_default_cache()
-    yield
-    cache_mod.reset_default_cache()
+fresh_cache = cache_fixture.fresh_cache  # (an empty default compile cache: tests/support/cache_fixture.py)
 
 
 @pytest.mark.parametrize("nan", [f32_nan, f64_nan], ids=["np.float32", "float"])

@@ -16,6 +16,34 @@ import sparsile as sp
 SIGNATURE = {"x": sp.ptr[sp.f32], "out": sp.ptr[sp.f32]}
 """The kernels' ``(x, out)`` signature, for ``k.compile``."""
 
+FACTORIES = '''
+import sparsile as sp
+
+
+def make_closure(v):
+    @sp.jit
+    def k(x, out):
+        i = sp.arange(0, 8)
+        sp.store(out + i, sp.load(x + i) * v)
+
+    return k
+
+
+def make_default(v):
+    @sp.jit
+    def h(x, b=v):
+        return x * b
+
+    @sp.jit
+    def k(x, out):
+        i = sp.arange(0, 8)
+        sp.store(out + i, h(sp.load(x + i)))
+
+    return k
+'''
+"""Source of a module whose ``make_closure(v)`` / ``make_default(v)`` make a kernel ``(x, out)`` writing
+``x * v``, ``v`` captured as a closure cell / a helper's default (a test appends its own factories)."""
+
 
 def f64_nan(payload: int) -> float:
     """A quiet f64 NaN whose payload survives the conversion to f32 (high mantissa bits)."""
