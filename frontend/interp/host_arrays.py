@@ -21,7 +21,7 @@ from ..diagnostics import LaunchError
 from ..ir import types as T
 from ..ir.core import Function, Operation
 from ..ir.scalar_range import check_float_fits
-from .overlap import EXACT_OVERLAP_CHECK, overlap_undecided, self_overlapping
+from .overlap import UNDECIDED, UNDECIDED_REASON, self_overlap
 from .values import Buffer, PtrVal, TensorVal
 
 
@@ -257,18 +257,14 @@ def _check_self_overlap(a: _HostArg) -> None:
     a tensor it converted raises instead, after the run): LaunchError SP0750. The user's array's
     own layout is checked (a torch bfloat16 or negated tensor reaches the kernel as a dense copy)."""
     _, _, shape, strides, itemsize = a.layout
-    if a.writes and a.copied and self_overlapping(shape, strides, itemsize):
-        if overlap_undecided(shape, strides, itemsize):
-            raise LaunchError("SP0750", f"elements of argument `{a.name}` may overlap in memory (shape {shape}, byte "
-                              f"strides {strides}), and the kernel writes through it: its strides do not show "
-                              f"them apart, and it has more elements than the {EXACT_OVERLAP_CHECK} the check "
-                              "compares one by one", help="pass an array whose elements are distinct (e.g. "
-                                                          "`out.copy()`, or a slice of a new array)")
-        raise LaunchError("SP0750", f"elements of argument `{a.name}` overlap in memory (shape {shape}, byte "
-                          f"strides {strides}), and the kernel writes through it; the interpreter runs on a "
-                          "copy, and copying it back would keep only one of the values written to each shared "
-                          "address", help="pass an array whose elements are distinct (e.g. `out.copy()`, or a "
-                                          "slice of a new array)")
+    verdict = self_overlap(shape, strides, itemsize) if a.writes and a.copied else None
+    if verdict is not None:
+        why = (f": {UNDECIDED_REASON}" if verdict == UNDECIDED else "; the interpreter runs on a copy, and copying it "
+               "back would keep only one of the values written to each shared address")
+        raise LaunchError("SP0750", f"elements of argument `{a.name}` {verdict} in memory (shape {shape}, byte "
+                          f"strides {strides}), and the kernel writes through it{why}",
+                          help="pass an array whose elements are distinct (e.g. `out.copy()`, or a slice of a new "
+                               "array)")
 
 
 def _check_overlaps(args: list[_HostArg]) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 EXACT_OVERLAP_CHECK = 1 << 22
 """Elements up to which :func:`self_overlapping` compares every element's address when the strides
 alone do not show the elements apart (an ``as_strided`` view); a larger such array is taken as
-overlapping (:func:`overlap_undecided` tells that case apart for the message)."""
+overlapping (:data:`UNDECIDED`, which the diagnostics word apart)."""
 
 
 def _tangled_dims(shape: tuple[int, ...], byte_strides: tuple[int, ...], itemsize: int) -> list[tuple[int, int]]:
@@ -30,29 +30,41 @@ def _element_count(dims: list[tuple[int, int]]) -> float:
     return float(np.prod([n for _, n in dims], dtype=np.float64))
 
 
-def overlap_undecided(shape: tuple[int, ...], byte_strides: tuple[int, ...], itemsize: int) -> bool:
-    """Whether :func:`self_overlapping` answers True without comparing addresses: more than
-    :data:`EXACT_OVERLAP_CHECK` elements whose strides do not show them apart."""
-    if any(n == 0 for n in shape):
-        return False
-    return _element_count(_tangled_dims(shape, byte_strides, itemsize)) > EXACT_OVERLAP_CHECK
+OVERLAP, UNDECIDED = "overlap", "may overlap"
+""":func:`self_overlap`'s verdicts, as the diagnostics word them ("elements ... overlap in memory")."""
+
+UNDECIDED_REASON = (f"its strides do not show them apart, and it has more elements than the {EXACT_OVERLAP_CHECK} "
+                    "the check compares one by one")
+"""Why a diagnostic's array *may* overlap (:data:`UNDECIDED`)."""
 
 
-def self_overlapping(shape: tuple[int, ...], byte_strides: tuple[int, ...], itemsize: int) -> bool:
-    """Whether two elements of an array of ``shape`` and ``byte_strides`` (any sign) share a byte.
-    Any array made by slicing, transposing or reversing a dense one is told apart by its strides
-    alone (each stride, largest first, reaches past everything the smaller ones span); the
-    dimensions left (``as_strided``) are decided element by element up to
-    :data:`EXACT_OVERLAP_CHECK` elements, beyond which they count as overlapping."""
+def self_overlap(shape: tuple[int, ...], byte_strides: tuple[int, ...], itemsize: int) -> str | None:
+    """Whether two elements of an array of ``shape`` and ``byte_strides`` (any sign) share a byte:
+    None where none do, :data:`OVERLAP` where two do, :data:`UNDECIDED` where the elements were not
+    compared (taken as overlapping). Any array made by slicing, transposing or reversing a dense one
+    is told apart by its strides alone (each stride, largest first, reaches past everything the
+    smaller ones span); the dimensions left (``as_strided``) are decided element by element up to
+    :data:`EXACT_OVERLAP_CHECK` elements."""
     if any(n == 0 for n in shape):
-        return False
+        return None
     dims = _tangled_dims(shape, byte_strides, itemsize)
     if not dims:
-        return False
+        return None
     if _element_count(dims) > EXACT_OVERLAP_CHECK:
-        return True
+        return UNDECIDED
     offsets = np.zeros(1, np.int64)
     for stride, n in dims:
         offsets = (offsets[:, None] + np.arange(n, dtype=np.int64)[None, :] * stride).reshape(-1)
     offsets.sort()
-    return bool((np.diff(offsets) < itemsize).any())
+    return OVERLAP if (np.diff(offsets) < itemsize).any() else None
+
+
+def self_overlapping(shape: tuple[int, ...], byte_strides: tuple[int, ...], itemsize: int) -> bool:
+    """Whether :func:`self_overlap` takes the elements as overlapping (undecided ones included)."""
+    return self_overlap(shape, byte_strides, itemsize) is not None
+
+
+def overlap_undecided(shape: tuple[int, ...], byte_strides: tuple[int, ...], itemsize: int) -> bool:
+    """Whether :func:`self_overlap` is :data:`UNDECIDED`: more than :data:`EXACT_OVERLAP_CHECK`
+    elements whose strides do not show them apart."""
+    return self_overlap(shape, byte_strides, itemsize) == UNDECIDED

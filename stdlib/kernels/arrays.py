@@ -21,7 +21,7 @@ import numpy as np
 
 from ...backend.runtime.arrays import byte_range
 from ...driver.recording import note_scratch
-from ...frontend.interp.overlap import EXACT_OVERLAP_CHECK, overlap_undecided, self_overlapping
+from ...frontend.interp.overlap import UNDECIDED, UNDECIDED_REASON, self_overlap
 from ..sparsity import SparsityError, as_host_array, cast_to_operand
 from ..sparsity.dtypes import operand_type
 from ..sparsity.errors import SP_BAD_INPUT, SP_META_ELEMENT_TYPE
@@ -365,15 +365,13 @@ def check_distinct_elements(out: Any, shape: tuple[int, ...]) -> None:
                         help="pass an array with one element per result, or leave out unset for a new one")
     itemsize = out.element_size() if kind in ("torch", "torch-cpu") else out.itemsize
     byte_strides = tuple(st * itemsize for st in strides) if kind in ("torch", "torch-cpu") else strides
-    if self_overlapping(shape, byte_strides, itemsize):
-        if overlap_undecided(shape, byte_strides, itemsize):
-            raise bad_input(f"out's elements may overlap in memory (shape {tuple(shape)}, byte strides "
-                            f"{tuple(byte_strides)}): its strides do not show them apart, and it has more elements "
-                            f"than the {EXACT_OVERLAP_CHECK} the check compares one by one",
-                            help="pass an array whose elements are distinct (a new array, or a slice of one)")
-        raise bad_input(f"out's elements overlap in memory (shape {tuple(shape)}, byte strides {tuple(byte_strides)}): "
-                        "C has one result per element, and a copy into out would keep only one of those written "
-                        "to each shared address",
+    verdict = self_overlap(shape, byte_strides, itemsize)
+    if verdict is not None:
+        why = UNDECIDED_REASON if verdict == UNDECIDED else ("C has one result per element, and a copy into out "
+                                                              "would keep only one of those written to each "
+                                                              "shared address")
+        raise bad_input(f"out's elements {verdict} in memory (shape {tuple(shape)}, byte strides "
+                        f"{tuple(byte_strides)}): {why}",
                         help="pass an array whose elements are distinct (a new array, or a slice of one)")
 
 

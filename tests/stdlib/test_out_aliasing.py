@@ -103,7 +103,7 @@ def test_an_out_of_interleaved_distinct_elements_is_written() -> None:
 
 
 def test_self_overlap_check() -> None:
-    from sparsile.stdlib.kernels.arrays import self_overlapping
+    from sparsile.frontend.interp.overlap import self_overlapping
 
     assert not self_overlapping((4, 6), (12, 2), 2)      # row-major
     assert not self_overlapping((4, 3), (12, -4), 2)     # a reversed, strided slice
