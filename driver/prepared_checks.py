@@ -59,9 +59,7 @@ def typed_scalar_writer(name: str, prepared: T.ScalarType, write: Callable[[Any,
     def refuse(value: Any) -> None:
         """Raise SP0736 if ``kernel[grid]`` types ``value`` otherwise (its own diagnostic, SP0708 for
         a NumPy type the language has none for, if it refuses the value)."""
-        cls = type(value)
-        if cls in accepted:
-            return
+        cls = type(value)  # (never one of accepted: each check below tests that first)
         if isinstance(value, np.generic):
             given = by_type.get(cls)
             if given is None:

@@ -14,7 +14,7 @@ import numpy as np
 
 from ...frontend.diagnostics import LaunchError
 from ...frontend.ir.scalar_range import check_float_fits, float_overflow_error
-from ...frontend.sema.specialize import ML_FLOAT_SCALARS
+from ...frontend.sema.specialize import ML_FLOAT_SCALARS, is_array_like
 from .codes import ARG_DTYPE, ARG_KIND, ARG_RANGE
 from .dtypes import DTYPES, DTypeInfo, dtype_info
 
@@ -90,7 +90,7 @@ def _to_int(value: Any, name: str, dtype: str) -> int:
         # SP0703, as when the call is specialized (sema); ml_dtypes' floats are no np.floating
         raise LaunchError(ARG_DTYPE, f"argument `{name}` expects an integer ({dtype}), got "
                           f"{type(value).__name__} {value!r}", "pass an int (round it explicitly)")
-    if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, np.generic):
+    if is_array_like(value):
         # a 0-d array has __index__, but kernel[grid] refuses an array for a scalar (SP0708, sema)
         raise LaunchError(ARG_KIND, f"argument `{name}` expects an integer ({dtype}), got {describe_value(value)}: "
                           "an array, even of one element, is no scalar", f"pass the number: `int({name})` or "

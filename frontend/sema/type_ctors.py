@@ -65,18 +65,25 @@ PYTHON_DTYPES: dict[type, T.ScalarType] = {float: T.f64, int: T.i64, bool: T.boo
 types as a ``constexpr`` (docs/language.md, "Parameter types")."""
 
 
-def python_builtin_dtype(p: object) -> T.ScalarType | None:
-    """The dtype Python's builtin ``float`` / ``int`` / ``bool`` stands for where a dtype is taken
-    (``x.to(float)``, ``zeros(shape, float)``, ``ptr[float]``): ``f64`` / ``i64`` / ``bool``, as
-    NumPy reads them and as the ``constexpr`` ``DT=float`` is. ``p`` is the Python type itself (a
-    nested function's annotation Python evaluated) or a kernel's name for it; None otherwise."""
+def _python_builtin(p: object) -> type | None:
+    """Python's builtin ``float`` / ``int`` / ``bool`` that ``p`` is: the type itself (a nested
+    function's annotation Python evaluated) or a kernel's name for it; None otherwise."""
     from .consts import PyBuiltin  # (consts imports the emitter, which imports this module)
 
     if isinstance(p, Const):
         p = p.value
     if isinstance(p, PyBuiltin):
-        return {"float": T.f64, "int": T.i64, "bool": T.bool_}.get(p.name)
-    return PYTHON_DTYPES.get(p) if isinstance(p, type) else None
+        p = getattr(builtins, p.name)
+    return p if isinstance(p, type) and p in PYTHON_DTYPES else None
+
+
+def python_builtin_dtype(p: object) -> T.ScalarType | None:
+    """The dtype Python's builtin ``float`` / ``int`` / ``bool`` (``p``, :func:`_python_builtin`)
+    stands for where a dtype is taken (``x.to(float)``, ``zeros(shape, float)``, ``ptr[float]``):
+    ``f64`` / ``i64`` / ``bool``, as NumPy reads them and as the ``constexpr`` ``DT=float`` is; None
+    for anything else."""
+    builtin = _python_builtin(p)
+    return None if builtin is None else PYTHON_DTYPES[builtin]
 
 
 def _numpy_scalar(p: object) -> object:
@@ -106,16 +113,15 @@ def annotation_help(value: object) -> str | None:
     reference in Python) is read as a string constant, since kernel annotations are code."""
     if isinstance(value, str):
         return f"kernel annotations are read as code, not as text: write `{value}` without the quotes"
-    if type(value).__name__ == "PyBuiltin":  # (a module-level kernel's `float`: consts.PyBuiltin, which imports this)
-        value = getattr(builtins, value.name)
-    if value is float or value is int or value is bool:
+    builtin = _python_builtin(value)
+    if builtin is float or builtin is int:  # (`a: bool` is the language's bool)
         # (as a dtype Python's float is f64, as NumPy reads it; unannotated, a Python float given at a
         # launch is an f32 scalar and an int an i32: an annotation names which, docs/language.md)
-        name = {float: ("f32", "f64"), int: ("i32", "i64"), bool: ("bool",)}[value]
-        choices = " or ".join(f"`{n}`" for n in name)
-        return (f"a scalar parameter's annotation names the language's type: write {choices} (an unannotated "
-                f"Python {value.__name__} at a launch is `{name[0]}`; as a dtype, e.g. `x.to({value.__name__})`, "
-                f"Python's {value.__name__} is `{name[-1]}`)")
+        value_type, dtype = ("f32", "f64") if builtin is float else ("i32", "i64")
+        name = builtin.__name__
+        return (f"a scalar parameter's annotation names the language's type: write `{value_type}` or `{dtype}` (an "
+                f"unannotated Python {name} at a launch is `{value_type}`; as a dtype, e.g. `x.to({name})`, Python's "
+                f"{name} is `{dtype}`)")
     return None
 
 

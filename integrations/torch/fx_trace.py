@@ -73,10 +73,7 @@ def _layer_node(layer: torch.nn.Module, x: Any) -> Any:
     ``model.half()``). Tensors read as nodes of their own were copied into a plain ``torch.nn.Module``,
     which ``.half()`` converted (bf16 values to float16: other numbers, silently). The layer itself
     where it has no path (the root traced, which torch refuses later on)."""
-    try:
-        path = x.tracer.path_of_module(layer)
-    except (AttributeError, NameError):  # (a proxy of a tracer without a root; a layer outside the root)
-        path = ""
+    path = _path_in_root(layer, x)
     return x.tracer.create_proxy("get_attr", path, (), {}) if path else layer
 
 
@@ -85,11 +82,7 @@ def recorded_call(layer: torch.nn.Module, x: Any) -> Any:
     traced root, as the tracer records a ``torch.nn`` leaf: the graph runs the eager layer (its checks,
     its re-compression of a stale master weight, its autograd). SP0916 where the layer has no path, the
     root traced itself (a ``call_module`` node cannot name the root) or a proxy of no module tracer."""
-    tracer = x.tracer
-    try:
-        path = tracer.path_of_module(layer)
-    except (AttributeError, NameError):  # (a proxy of a tracer without a root; a layer outside the root)
-        path = ""
+    path = _path_in_root(layer, x)
     if not path:
         name = type(layer).__name__
         raise IntegrationError(
@@ -98,4 +91,13 @@ def recorded_call(layer: torch.nn.Module, x: Any) -> Any:
             "traced (it is the root, or outside it)",
             help=f"trace a module that holds it: torch.fx.symbolic_trace(torch.nn.Sequential(layer)), or the "
                  f"model the {name} is part of")
-    return tracer.create_proxy("call_module", path, (x,), {})
+    return x.tracer.create_proxy("call_module", path, (x,), {})
+
+
+def _path_in_root(layer: torch.nn.Module, x: Any) -> str:
+    """``layer``'s path in the root that the tracer of proxy ``x`` traces; "" where it has none (the
+    root itself, a layer outside the root, a tracer without a root)."""
+    try:
+        return x.tracer.path_of_module(layer)
+    except (AttributeError, NameError):
+        return ""
