@@ -3,6 +3,7 @@
 # in the order they matter. Run from the repository root on a machine with an NVIDIA GPU, after
 # `source scripts/device_env.sh` where the packages are carried as wheels (scripts/fetch_device_wheels.sh):
 #
+#   bash scripts/gpu_runs.sh a66              # next: on an H200 issue 12's rows (three passes); then the fifty-sixth session's unrun commits (cache keys, autotune key, typed constants) on the GPU
 #   bash scripts/gpu_runs.sh a65              # next: a64's unrun rest (decode API) and review56b's merges (training under compiled autograd, FX module state, ml_dtypes capture keys) on the GPU and under the device's torch
 #   bash scripts/gpu_runs.sh a64              # (ran at 0359939 on an H100: 482 passed, 3 skipped before the step limit; 95 passed) on an H200 issue 12's rows (three passes), then the fifty-sixth session's merges on the GPU and its CPU torch files under the device's torch
 #   bash scripts/gpu_runs.sh a63              # (ran at 71ab3e5 on an H100: 397 passed) on an H200 issue 12's T <= 16 rows in three passes (rows61), then a62's GPU files
@@ -489,6 +490,19 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
     run 340 python benchmarks/bench_llama.py --layers 32 --modes graph \
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
+    ;;
+a66)  # the fifty-seventh session's first call: on an H200 issue 12's acceptance (three passes) first; then what the
+     # fifty-sixth session left unrun on a GPU: the autotune key after a default change, typed constants from NumPy
+     # numbers, cachekey56's compile-cache keys (tests/frontend), a65's last decode-API case, the out-aliasing file;
+     # then cachekey56's torch-dtype keys and the compiled-autograd file on the CPU under the device's torch
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        run 300 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+            --passes 3 --json "$out/linear-passes-66.json"
+    fi
+    run 200 python -m pytest -q -m gpu -n 8 --timeout 150 -rfEs --dist worksteal --junitxml="$out/junit-a66.xml" \
+        tests/frontend tests/stdlib/test_out_aliasing.py "tests/stdlib/test_decode_api.py::test_gpu_pdl_reads_what_the_previous_kernel_wrote"
+    run 100 python -m pytest -q -n 8 -rfE tests/frontend/test_captures_typed_torch.py \
+        tests/integrations/test_torch_compiled_autograd.py tests/frontend/test_autotune.py
     ;;
 a65)  # a64's rest (the step limit stopped it in tests/stdlib/test_decode_api.py) and review56b's merges: SemiSparseLinear
      # under compiled autograd, an FX graph holding its SparseLinear, captured ml_dtypes scalars keyed by value, AOT
