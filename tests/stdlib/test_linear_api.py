@@ -73,9 +73,12 @@ def assert_linear_close(y, weight, x, k, dtype, out_dtype, **epi) -> None:
     2^-13·Σ|wx|, test_gemm_api.assert_close), scaled by the scales, the few f32 epilogue roundings
     (2^-20 relative, activation included), times the activation's Lipschitz constant (1.13 for
     gelu_tanh and silu), plus half an ulp of the output type."""
-    assert str(y.dtype) == out_dtype
-    y64 = np.asarray(y).astype(np.float64)
-    assert not np.isnan(y64).any(), "unwritten outputs"
+    linear_check(weight, x, k, dtype, out_dtype, **epi)(y)
+
+
+def linear_check(weight, x, k, dtype, out_dtype, **epi):
+    """:func:`assert_linear_close` for one (weight, x, epilogue) with its float64 reference and bound
+    computed once: a function of y (for tests that check many outputs of one input)."""
     dense = weight.dense().astype(np.float64)
     ref = reference_linear(dense, x, **epi)
     scale = np.abs(reference_linear(np.abs(dense), np.abs(x.astype(np.float64)),
@@ -86,8 +89,15 @@ def assert_linear_close(y, weight, x, k, dtype, out_dtype, **epi) -> None:
     pre = reference_linear(dense, x, scale_x=epi.get("scale_x"), scale_w=epi.get("scale_w"), bias=epi.get("bias"))
     err = 1.13 * (acc + 2.0 ** -20 * (np.abs(pre) + 1.0))
     bound = err + HALF_ULP[out_dtype] * (np.abs(ref) + err) + SMALLEST[out_dtype]
-    diff = np.abs(y64 - ref)
-    assert (diff <= bound).all(), f"max error {diff.max()} (bound there {bound.flat[diff.argmax()]})"
+
+    def check(y) -> None:
+        assert str(y.dtype) == out_dtype
+        y64 = np.asarray(y).astype(np.float64)
+        assert not np.isnan(y64).any(), "unwritten outputs"
+        diff = np.abs(y64 - ref)
+        assert (diff <= bound).all(), f"max error {diff.max()} (bound there {bound.flat[diff.argmax()]})"
+
+    return check
 
 
 # ------------------------------------------------------------------------------------------------
