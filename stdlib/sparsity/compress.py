@@ -30,7 +30,7 @@ from .chunkops import (
 )
 from .dtypes import OperandType, operand_type, operand_type_of_array
 from .errors import SP_BAD_INDICES, SP_BAD_INPUT, SP_NOT_SPARSE, SP_VALUES_MISMATCH, SparsityError
-from .hostarray import as_host_array, checked_flag, checked_size, require_numeric
+from .hostarray import as_host_array, checked_flag, checked_size, require_index_type, require_numeric
 from .swar import Workspace
 
 
@@ -238,8 +238,9 @@ def index_shape(dtype: str | OperandType, rows: int, k: int) -> tuple[int, int, 
 
 
 def checked_indices(indices: Any, op: OperandType) -> np.ndarray:
-    """Logical indices as a C-contiguous uint8 (M, K/G, S) array; SP0813 for a wrong shape, an
-    index out of range or a pair that is not increasing."""
+    """Logical indices as a C-contiguous uint8 (M, K/G, S) array; SP0806 for a non-integer element
+    type (:func:`require_index_type`, as ``validate_metadata``), SP0813 for a wrong shape, an index
+    out of range or a pair that is not increasing."""
     array = as_host_array(indices, "indices")
     slots = 1 if op.width_class == "tf32" else 2
     if array.ndim != 3 or array.shape[2] != slots:
@@ -247,9 +248,7 @@ def checked_indices(indices: Any, op: OperandType) -> np.ndarray:
                             f"logical indices for {op.name} must have shape (M, K/{op.group}, {slots}), "
                             f"got {array.shape}",
                             help="pass the indices returned by compress() for this operand type")
-    if array.dtype.kind not in "iu":
-        raise SparsityError(SP_BAD_INDICES, f"logical indices must be integers, got {array.dtype}",
-                            help="indices are uint8 positions within a chunk")
+    require_index_type(array)
     units = op.pattern.units
     if array.size and (array.min() < 0 or array.max() >= units):
         where = np.argwhere((array < 0) | (array >= units))[0]

@@ -41,7 +41,8 @@ def encode_metadata(indices: Any, fmt: str, dtype: str | OperandType, *, k: int 
     """Lay out logical ``indices`` (M, K/G, S) in format ``fmt`` for operand type ``dtype``.
 
     ``k`` is the logical (unpadded) K, recorded in the buffer so that decompression returns exactly
-    (M, k); it defaults to (K/G)·G. Bad indices raise SP0813; e2m1 with "sm90" raises SP0811.
+    (M, k); it defaults to (K/G)·G. Indices of a non-integer element type raise SP0806 (as in
+    validate_metadata), other bad indices SP0813; e2m1 with "sm90" raises SP0811.
     """
     fmt = check_format(fmt)
     op = operand_type(dtype)

@@ -41,7 +41,7 @@ from .errors import (
     SP_WRONG_WIDTH,
     SparsityError,
 )
-from .hostarray import as_host_array, checked_flag, checked_size
+from .hostarray import as_host_array, checked_flag, checked_size, require_index_type
 from .layouts import check_format, check_supported, metadata_shape, nibbles_from_words, word_position
 
 UNDEFINED_NIBBLES = (0x0, 0x5, 0xA, 0xF)
@@ -108,9 +108,7 @@ def _check_array(data: np.ndarray, fmt: str, op: OperandType, m: int, k: int) ->
             help=f"encode it with encode_metadata(indices, {fmt!r}, dtype={op.name!r}) for this operand",
         )
     if fmt == "logical":
-        if data.dtype.kind not in "iu":
-            raise SparsityError(SP_META_ELEMENT_TYPE, f"logical indices must be integers, found {data.dtype}",
-                                help="logical indices are uint8 positions within a chunk")
+        require_index_type(data)
         return data
     if data.dtype.kind not in "iu" or data.dtype.itemsize != 4:
         raise SparsityError(SP_META_ELEMENT_TYPE, f"{fmt} metadata must be uint32 words, found {data.dtype}",
