@@ -138,6 +138,26 @@ def placed_array(x: Any, what: str, interpret: bool) -> Any:
     return host
 
 
+def check_real_operand(x: Any, what: str) -> None:
+    """SP0804 for a dense operand of bools or complex numbers (numpy, torch on any device, cupy; an
+    object without a dtype, a list, is checked once placed). A bool array would be cast to 0 and 1
+    and multiplied, where ``np.matmul`` of bools is a logical product and ``torch.mm`` refuses them;
+    a complex one would lose its imaginary parts in the cast (torch and cupy only warn)."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        return
+    name = str(dtype).removeprefix("torch.")
+    if name == "bool":
+        raise bad_input(f"{what} is a bool array: the sparse GEMM multiplies numbers, and its bools would be cast "
+                        "to 0 and 1 (numpy's matmul of bools is a logical product, torch.mm refuses bools)",
+                        help=f"cast it to the operand type first: {what}.astype(values.dtype) "
+                             f"(torch: {what}.to(values.dtype))")
+    if name.startswith("complex"):
+        raise bad_input(f"{what} has element type {name}: the sparse GEMM multiplies real numbers (the imaginary "
+                        "parts would be dropped)",
+                        help=f"pass {what}.real, or the real and imaginary parts in two calls")
+
+
 def cast_operand(x: Any, choice: KernelChoice, what: str = "b") -> Any:
     """``x`` in the operand's element type (a no-op when it already is); a numpy array through
     ``cast_to_operand`` (e4m3 saturates at ±448 with a warning); a cupy array through

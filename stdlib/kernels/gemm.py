@@ -417,7 +417,8 @@ def sparse_matmul(values: Any, meta: Any, b: Any, *, out: Any = None, dtype: str
     else values' element type; f16 / bf16 / e4m3 / s8 values with a buffer tagged for another type
     are refused, SP0804, as are integer values for a floating-point type, the bits of a compressed
     weight viewed as integers, and bool values for any type, a keep mask); values and b are cast to
-    it. C is (M, N) float16 (int32 for s8, float32 for tf32), or
+    it (a bool or complex b is refused, SP0804: ``np.matmul`` of bools is a logical product).
+    C is (M, N) float16 (int32 for s8, float32 for tf32), or
     ``out_dtype`` ("bfloat16" or "float32", any spelling torch or numpy uses; f16, bf16, e4m3 and
     tf32 operands, Hopper only): float16 C overflows to inf beyond ±65504, bfloat16 and float32 C
     hold any f32 accumulator (the ``_splitk`` kernel stores the f32 sums, ``splitk_reduce`` converts

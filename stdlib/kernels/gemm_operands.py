@@ -16,7 +16,7 @@ from ..sparsity.dtypes import OperandType
 from ..sparsity.errors import SP_META_SHAPE, SP_MISSING_SIZE, SP_OPERAND_MISMATCH
 from ..sparsity.formats import metadata_shape
 from ..sparsity.validate import checked_metadata
-from .arrays import array_kind, as_u32_words, bad_input, cast_operand, copy_like, placed_array
+from .arrays import array_kind, as_u32_words, bad_input, cast_operand, check_real_operand, copy_like, placed_array
 
 if TYPE_CHECKING:
     from .gemm_choice import KernelChoice
@@ -89,9 +89,13 @@ def checked_operands(values: Any, b: Any, choice: KernelChoice, op: OperandType,
                      cast_b: bool = True, b_name: str = "b") -> tuple[Any, Any, int, int, int, int]:
     """``values`` and ``b`` placed for the launch and cast to the operand type (``cast_b`` False:
     b keeps its own type), with their shapes checked: (values, b, M, N, K of b, K the values cover).
+    Bools and complex numbers are refused (:func:`~.arrays.check_real_operand`), not cast.
     ``b_name``: what the caller calls b in its diagnostics (sparse_linear's ``x``)."""
+    for what, x in (("values", values), (b_name, b)):  # (before placing: require_numeric words complex otherwise)
+        check_real_operand(x, what)
     values = cast_operand(placed_array(values, "values", interpret), choice, "values")
     b = placed_array(b, b_name, interpret)
+    check_real_operand(b, b_name)  # (a list of bools, placed)
     if cast_b:
         b = cast_operand(b, choice, b_name)
     for what, x in (("values", values), (b_name, b)):
