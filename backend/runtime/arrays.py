@@ -37,6 +37,7 @@ from .dtypes import (
     ARRAY_DTYPE_ALIASES,
     DTYPES,
     array_dtype_matches,
+    byte_swapped,
     dtype_from_numpy,
     dtype_info,
     numpy_dtype,
@@ -118,9 +119,16 @@ def host_view(ptr: int, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _describe_numpy(arr: np.ndarray, stream: int) -> ArrayInfo:
+    """A numpy array: host memory, copied to the device for a launch (backend/runtime/staging.py). A
+    byte-swapped one (``dtype('>f4')``) has the element type of its values: it is staged as a copy
+    converted to the machine's byte order and, when written, copied back converted to its own, as
+    the interpreter does (frontend/interp/host_arrays.py)."""
     itemsize = arr.itemsize or 1
-    label = arr.dtype.name if arr.dtype.isnative else f"{arr.dtype.name} (byte-swapped)"
-    return ArrayInfo(arr.ctypes.data, dtype_from_numpy(arr.dtype), label, arr.shape,
+    dtype = dtype_from_numpy(arr.dtype)
+    label = arr.dtype.name
+    if byte_swapped(arr.dtype):
+        dtype, label = dtype_from_numpy(arr.dtype.newbyteorder("=")), f"{label} (byte-swapped)"
+    return ArrayInfo(arr.ctypes.data, dtype, label, arr.shape,
                      tuple(s // itemsize for s in arr.strides), arr.flags.c_contiguous, HOST, "host",
                      not arr.flags.writeable, "numpy array", None, arr)
 

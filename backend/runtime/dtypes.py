@@ -63,6 +63,18 @@ def numpy_dtype(name: str) -> np.dtype:
     return np.dtype(info.numpy_name)
 
 
+def byte_swapped(dtype: np.dtype) -> bool:
+    """Whether ``dtype``'s values are stored in the other byte order than the machine's (a plain
+    multi-byte dtype, ``dtype('>f4')``; structured ones are copied as they are)."""
+    return not (dtype.isnative or dtype.itemsize == 1 or dtype.names is not None)
+
+
+def native_order(array: np.ndarray) -> np.ndarray:
+    """``array`` itself where it is in the machine's byte order, else a copy of its values converted
+    to it (what a device, which reads the machine's order, must be given)."""
+    return array.astype(array.dtype.newbyteorder("=")) if byte_swapped(array.dtype) else array
+
+
 def dtype_from_numpy(dt: np.dtype) -> str | None:
     """The language dtype of a numpy (or ml_dtypes) dtype, or None."""
     try:

@@ -17,7 +17,7 @@ from .arrays import ArrayInfo, register_array_type
 from .capture_mode import thread_local_capture_mode
 from .codes import ARG_SHAPE
 from .devices import check, context_of, device_state, in_context
-from .dtypes import DTYPES, dtype_from_numpy, numpy_dtype
+from .dtypes import DTYPES, byte_swapped, dtype_from_numpy, native_order, numpy_dtype
 from .launch_config import stream_handle
 from .release import defer, drain
 
@@ -62,7 +62,7 @@ class DeviceBuffer:
     def from_numpy(cls, array: np.ndarray, device: int | None = None, stream: Any = None) -> DeviceBuffer:
         """A buffer holding a copy of ``array`` (its values: a byte-swapped array, ``dtype('>f4')``, in
         the device's byte order, typed as the native dtype)."""
-        array = _native(np.ascontiguousarray(array))
+        array = native_order(np.ascontiguousarray(array))
         buf = cls(array.nbytes, dtype=dtype_from_numpy(array.dtype), shape=array.shape, device=device)
         buf.copy_from_host(array, stream)
         return buf
@@ -72,7 +72,7 @@ class DeviceBuffer:
 
     def copy_from_host(self, array: np.ndarray, stream: Any = None) -> None:
         """Copy the values of ``array`` (a byte-swapped one converted) to the start of the buffer."""
-        array = _native(np.ascontiguousarray(array))
+        array = native_order(np.ascontiguousarray(array))
         if array.nbytes > self.nbytes:
             raise LaunchError(ARG_SHAPE, f"cannot copy {array.nbytes} bytes into a {self.nbytes}-byte buffer")
         copy_host_to_device(self.ptr, array, stream, self.device)
@@ -87,7 +87,7 @@ class DeviceBuffer:
         if not out.flags.c_contiguous or not out.flags.writeable or out.nbytes > self.nbytes:
             raise LaunchError(ARG_SHAPE, "copy_to_host needs a writable C-contiguous array of at most "
                               f"{self.nbytes} bytes")
-        if not _byte_swapped(out.dtype):
+        if not byte_swapped(out.dtype):
             copy_device_to_host(self.ptr, out, stream, self.device)
         else:
             native = np.empty(out.shape, out.dtype.newbyteorder("="))
@@ -150,17 +150,6 @@ class DeviceBuffer:
     def __repr__(self) -> str:
         return f"DeviceBuffer({self.nbytes} bytes at {self.ptr:#x} on cuda:{self.device}, " \
                f"dtype={self.dtype}, shape={self.shape})"
-
-
-def _byte_swapped(dtype: np.dtype) -> bool:
-    """Whether ``dtype``'s values are stored in the other byte order than the machine's (a plain
-    multi-byte dtype; structured ones are copied as they are)."""
-    return not (dtype.isnative or dtype.itemsize == 1 or dtype.names is not None)
-
-
-def _native(array: np.ndarray) -> np.ndarray:
-    """``array`` itself where it is in the machine's byte order, else a copy converted to it."""
-    return array.astype(array.dtype.newbyteorder("=")) if _byte_swapped(array.dtype) else array
 
 
 def copy_host_to_device(ptr: int, array: np.ndarray, stream: Any = None, device: int | None = None) -> None:

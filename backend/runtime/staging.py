@@ -21,7 +21,7 @@ from . import dlpack
 from .arrays import ANY_DEVICE, ArrayInfo, byte_range, register_array_type
 from .codes import ARG_OVERLAP
 from .devices import check
-from .dtypes import dtype_from_numpy
+from .dtypes import byte_swapped, dtype_from_numpy, native_order
 from .memory import DeviceBuffer
 
 
@@ -58,7 +58,10 @@ def stage_host_array(name: str, info: ArrayInfo, writes: bool, call: Call, devic
     buf = DeviceBuffer(host.nbytes, device=device)
     call.staged.append((buf, host, writes, name))
     if host.nbytes:
-        check("cuMemcpyHtoDAsync", driver.cuMemcpyHtoDAsync(buf.ptr, host.ctypes.data, host.nbytes,
+        source = native_order(host)  # (a byte-swapped array: its values, in the device's byte order)
+        if source is not host:
+            call.keep = [*(call.keep or ()), source]
+        check("cuMemcpyHtoDAsync", driver.cuMemcpyHtoDAsync(buf.ptr, source.ctypes.data, host.nbytes,
                                                              call.stream))
     return buf.ptr
 
@@ -111,11 +114,18 @@ def finish_host_copies(call: Call, launched: bool) -> None:
     failed launch (an exception is already propagating) only synchronize and free."""
     try:
         if launched:
+            converted: list[tuple[np.ndarray, np.ndarray]] = []  # (byte-swapped host array, native copy)
             for buf, host, written, _ in call.staged:
                 if written and host.nbytes:
+                    target = host
+                    if byte_swapped(host.dtype):  # the device's bytes are values in the machine's order
+                        target = np.empty(host.shape, host.dtype.newbyteorder("="))
+                        converted.append((host, target))
                     check("cuMemcpyDtoHAsync",
-                          driver.cuMemcpyDtoHAsync(host.ctypes.data, buf.ptr, host.nbytes, call.stream))
+                          driver.cuMemcpyDtoHAsync(target.ctypes.data, buf.ptr, host.nbytes, call.stream))
             check("cuStreamSynchronize", driver.cuStreamSynchronize(call.stream))
+            for host, target in converted:
+                host[...] = target  # (converted to the host array's own byte order)
         else:
             driver.cuStreamSynchronize(call.stream)
     finally:

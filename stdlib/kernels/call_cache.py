@@ -43,7 +43,7 @@ import numpy as np
 
 from ...backend.runtime import devices
 from ...backend.runtime.arrays import byte_range, describe_array
-from ...backend.runtime.dtypes import DTYPES
+from ...backend.runtime.dtypes import DTYPES, byte_swapped
 from ...driver.recording import Recording
 from ..sparsity import MetadataBuffer
 from .arrays import array_kind, deliver_result, empty_array, overlaps, zeros_array
@@ -190,7 +190,8 @@ def _layout(x: Any) -> tuple[int, int, tuple[int, ...], tuple[int, ...], bool] |
     (``describe_array``, the launcher's own description), or None: cupy (only the arrays
     themselves), numpy strides that are no whole number of elements."""
     kind = array_kind(x)
-    if kind not in ("torch", "torch-cpu", "numpy") or (kind == "numpy" and any(st % x.itemsize for st in x.strides)):
+    if kind not in ("torch", "torch-cpu", "numpy") or (kind == "numpy" and (
+            any(st % x.itemsize for st in x.strides) or byte_swapped(x.dtype))):  # (">f2": read through a copy)
         return None
     info = describe_array(x)
     if info is None or info.dtype is None:

@@ -42,7 +42,7 @@ def test_numpy_dtype_mapping_includes_ml_dtypes():
     assert A.dtype_from_numpy(np.dtype(ml_dtypes.float8_e4m3fn)) == "e4m3"
     assert A.dtype_from_numpy(np.dtype(ml_dtypes.float8_e5m2)) == "e5m2"
     assert A.dtype_from_numpy(np.dtype(np.complex64)) is None
-    assert A.dtype_from_numpy(np.dtype(">f4")) is None  # byte-swapped data cannot go to the GPU as is
+    assert A.dtype_from_numpy(np.dtype(">f4")) is None  # (byte-swapped host arrays are staged by value)
     for name in ("i8", "u16", "i32", "u64", "f16", "f64", "bf16", "e4m3", "e5m2", "bool"):
         assert A.dtype_from_numpy(A.numpy_dtype(name)) == name
         assert A.numpy_dtype(name).itemsize * 8 == A.DTYPES[name].bits
