@@ -95,7 +95,8 @@ class Unstaged:
 
 def _describe_unstaged(value: Unstaged, stream: int) -> ArrayInfo:
     host = value.host
-    dtype = dtype_from_numpy(host.dtype)
+    native = host.dtype.newbyteorder("=") if byte_swapped(host.dtype) else host.dtype
+    dtype = dtype_from_numpy(native)  # (typed as DeviceBuffer.from_numpy types the copy: '>f2' as f16)
     return ArrayInfo(0, dtype, dtype or "untyped", host.shape, dlpack.compact_strides(host.shape), True, ANY_DEVICE,
                      "cuda", False, "DeviceBuffer", None, host)
 

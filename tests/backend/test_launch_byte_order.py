@@ -162,4 +162,19 @@ def test_a_byte_swapped_array_of_another_type_is_still_refused(device: FakeDevic
     x, y, _ = operands(23)
     with pytest.raises(LaunchError) as info:
         vadd()[GRID](x.astype(">f8"), y, np.zeros(N, np.float32), N, BLOCK=BLOCK)
-    assert info.value.code in ("SP0703", "SP0708")
+    assert (info.value.code, info.value.message) == (
+        "SP0703", "argument `x` expects a pointer to f32, found an array of f64")
+
+
+def test_the_unstaged_copy_of_a_byte_swapped_tma_host_array_has_its_values_type() -> None:
+    """An empty grid's stand-in for the device copy of a host array read through TMA (driver/launch.py)
+    is described as that copy would be: DeviceBuffer.from_numpy types a byte-swapped array's copy as
+    the native dtype, so the stand-in is f16 for ``'>f2'`` too (it was untyped: SP0703 on an empty
+    grid where a launch that runs passes)."""
+    from sparsile.backend.runtime.arrays import describe_array
+    from sparsile.backend.runtime.staging import Unstaged
+
+    host = np.zeros((64, 64), ">f2")
+    info = describe_array(Unstaged(host))
+    assert (info.dtype, info.shape) == ("f16", (64, 64))
+    assert describe_array(host).dtype == "f16"  # the host array itself: its values' type
