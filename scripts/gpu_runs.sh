@@ -500,7 +500,8 @@ a66)  # the fifty-seventh session's first call: on an H200 issue 12's acceptance
             --passes 3 --json "$out/linear-passes-66.json"
     fi
     run 200 python -m pytest -q -m gpu -n 8 --timeout 150 -rfEs --dist worksteal --junitxml="$out/junit-a66.xml" \
-        tests/frontend tests/stdlib/test_out_aliasing.py "tests/stdlib/test_decode_api.py::test_gpu_pdl_reads_what_the_previous_kernel_wrote"
+        tests/frontend tests/stdlib/test_out_aliasing.py "tests/stdlib/test_decode_api.py::test_gpu_pdl_reads_what_the_previous_kernel_wrote" \
+        tests/gpu/test_byte_order_gpu.py tests/stdlib/test_dense_operand_types.py
     run 100 python -m pytest -q -n 8 -rfE tests/frontend/test_captures_typed_torch.py \
         tests/integrations/test_torch_compiled_autograd.py tests/frontend/test_autotune.py
     ;;
