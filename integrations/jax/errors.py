@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+from typing import Any
 
 from ...stdlib.sparsity.errors import SparsityError
 
@@ -41,13 +42,15 @@ _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../integ
 _PACKAGE = os.path.dirname(_HERE)
 
 
+_ROOT = __name__.partition(".")[0]  # the package's import name ("sparsile")
 _LIBRARIES = tuple(os.path.abspath(p) + os.sep for p in {sysconfig.get_paths()["stdlib"],
                                                           sysconfig.get_paths()["platstdlib"]})
 
 
 def caller_location() -> str:
     """``file:line`` of the innermost frame outside sparsile, jax and Python's standard library
-    (the user's call), or ""."""
+    (the user's call), or "". A frame of code Python generated for a sparsile module (the
+    ``__init__`` that dataclasses writes for ``SparseLinear``, file ``<string>``) is sparsile's."""
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
@@ -55,10 +58,18 @@ def caller_location() -> str:
         inside = path.startswith(_PACKAGE + os.sep) and os.sep + "tests" + os.sep not in path[len(_PACKAGE):]
         library = path.startswith(_LIBRARIES) and "site-packages" not in path
         if not (inside or library or f"{os.sep}jax{os.sep}" in path or f"{os.sep}jaxlib{os.sep}" in path
-                or name.startswith("<frozen")):
+                or name.startswith("<frozen") or _generated_for_sparsile(frame)):
             return f"{os.path.basename(path)}:{frame.f_lineno}"
         frame = frame.f_back
     return ""
+
+
+def _generated_for_sparsile(frame: Any) -> bool:
+    """Whether ``frame`` runs code generated at run time (file ``<string>``: exec) in the globals of
+    a sparsile module outside its tests, as dataclasses does for a class's ``__init__``."""
+    module = frame.f_globals.get("__name__", "")
+    return frame.f_code.co_filename == "<string>" and isinstance(module, str) and \
+        module.startswith(_ROOT + ".") and ".tests." not in f"{module}."
 
 
 class JaxCallError(SparsityError):
