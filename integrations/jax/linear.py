@@ -141,6 +141,32 @@ def _check_in_features(x: Any, values: Any, in_features: int | None) -> None:
                    "x is (..., in_features)")
 
 
+_VALUES = (jax.Array, jax.core.Tracer, np.ndarray, np.generic, numbers.Number, list, tuple, dict)
+"""What the operands may be when they reach jax (lists and dicts, pytrees, get the checks' own words)."""
+
+
+def _check_kinds(operands: dict[str, Any]) -> None:
+    """SP0938 for an operand that jax cannot take as a value: another library's tensor (a torch
+    one), a ``jax.ShapeDtypeStruct`` (it holds no data), a memoryview, a string for an array. They
+    failed inside jax ("Error interpreting argument to custom_jvp_call as a JAX value") or as
+    numpy's TypeError of a torch dtype. None (bias, scales), numbers, a ``MetadataBuffer`` for
+    ``meta`` and a string for the bias or a scale (``_check_real`` words it) go on."""
+    from ...stdlib.sparsity.buffer import MetadataBuffer
+
+    for what, v in operands.items():
+        vector = what in ("bias", "scale_x", "scale_w")
+        if v is None or isinstance(v, _VALUES) or (what == "meta" and isinstance(v, MetadataBuffer)) or \
+                (vector and isinstance(v, str)):
+            continue
+        if isinstance(v, jax.ShapeDtypeStruct):
+            raise _bad(f"{what} got a jax.ShapeDtypeStruct, which describes an array but holds no data",
+                       "pass a jax or numpy array; jax.eval_shape(f, struct) gives the result's shape and dtype "
+                       "without running it")
+        kind = f"{type(v).__module__}.{type(v).__qualname__}"
+        raise _bad(f"{what} must be {'a number or ' if vector else ''}a jax or numpy array, got {kind}",
+                   "convert it first: jax.numpy.asarray(value)")
+
+
 def _check_real(v: Any, what: str) -> None:
     """SP0938 unless ``v`` is None, a real number or a real (integer, float or bool) array: a string
     failed inside jax's argument handling, a complex array lost its imaginary part."""
@@ -247,6 +273,7 @@ def sparse_linear(x: Any, values: Any, meta: Any, bias: Any = None, *, activatio
     ``jax.vmap`` (nested or not, any axes) over x and scale_x folds the batch into the tokens; over
     the bias it runs one call per member; over the weight it is SP0935.
     """
+    _check_kinds({"x": x, "values": values, "meta": meta, "bias": bias, "scale_x": scale_x, "scale_w": scale_w})
     _check_concrete(x, values, meta, bias, scale_x, scale_w)
     split_k = _static(split_k, "split_k")
     interpret = checked_flag(_static(interpret, "interpret"), "interpret")
