@@ -187,6 +187,18 @@ X64_HELP = ("JAX holds 64-bit arrays as 32-bit ones unless x64 is enabled: jax.c
             "True) before creating the arrays (docs/jax.md)")
 
 
+def _check_width(key: str, dtype: np.dtype) -> None:
+    """SP0931 for an output of a 64-bit type (float64, int64, uint64) while x64 is off, which JAX
+    has no arrays of: the FFI path returned one that the next jnp operation made 32-bit, and
+    ``interpret=True`` failed inside ``jax.pure_callback`` (jax's ValueError)."""
+    narrow = jax.dtypes.canonicalize_dtype(dtype)
+    if narrow != dtype:
+        raise JaxCallError(SP_JAX_OUT_SHAPES, f"the output for `{key}` is {dtype}, but JAX without x64 has no 64-bit "
+                           "arrays (it holds them as 32-bit ones)",
+                           help=f"declare the output as {narrow}, or enable x64: jax.config.update("
+                                "\"jax_enable_x64\", True) (docs/jax.md)")
+
+
 def _x64_help(exc: LaunchError, kernel: Kernel, stand: Mapping[str, Any]) -> LaunchError | None:
     """SP0703 ``exc`` with :data:`X64_HELP` added when it is about an array parameter of a 64-bit
     element type given the 32-bit array JAX makes of a 64-bit one while x64 is off (a numpy f64
@@ -280,6 +292,8 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
         if wider is None:
             raise
         raise wider from None
+    for out_key, s in zip(out_keys, structs):  # (after bind: a 64-bit input's SP0703 says why first)
+        _check_width(out_key, np.dtype(s.dtype))
     for p in kernel.params:  # defaults (scalars, constexprs) the call left out are passed as bound
         if p.name not in given and p.name not in out_keys:
             sources.append((p.name, "value", bound[p.name]))

@@ -112,3 +112,30 @@ def test_an_executable_naming_a_plan_this_process_never_traced_is_sp0936() -> No
         assert np.abs(y - tile_sums(a)).max() <= 16 * 2.0**-23 * 16 * 1.5
     finally:
         ffi._plans.setdefault(number, plan)
+
+
+@sp.jit
+def scaled_copy(X, S, out, MODE: sp.constexpr = 0, BLOCK: sp.constexpr = 16):
+    offs = sp.arange(0, BLOCK)
+    x = sp.load(X + offs)
+    if MODE == 1:
+        x = x * sp.load(S + offs)
+    sp.store(out + offs, x)
+
+
+@pytest.mark.parametrize("interpret", [False, True], ids=["ffi", "callback"])
+def test_each_call_runs_its_own_specialization(interpret: bool) -> None:
+    """Calls of one kernel with another specialization (an unannotated parameter given an array,
+    then the number 0, as sparse_linear passes an absent scale; another constexpr) each run their
+    own IR, in either order. A call's specialization key, shadowed by a loop over the outputs, once
+    named the last output parameter: every call of a kernel then shared the first call's IR."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(16).astype(np.float32)
+    s = rng.uniform(0.5, 2.0, 16).astype(np.float32)
+    out = jax.ShapeDtypeStruct((16,), jnp.float32)
+    for modes in ((1, 0), (0, 1)):
+        kernel = sp.jit(scaled_copy.fn)  # (a fresh kernel: an empty IR cache)
+        for mode in modes:
+            got = call(kernel, (1,), x, s if mode else 0, out_shapes={"out": out}, MODE=mode, interpret=interpret)
+            want = x.astype(np.float64) * (s if mode else 1.0)
+            np.testing.assert_allclose(np.asarray(got["out"], np.float64), want, rtol=2**-23)
