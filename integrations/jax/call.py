@@ -258,8 +258,9 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
         if array and (p.annotation is T.CONSTEXPR or isinstance(p.annotation, T.ScalarType) or
                       (p.annotation is None and np.ndim(value) == 0 and _is_traced(value))):
             what = "constexpr" if p.annotation is T.CONSTEXPR else "scalar"
+            kind = "traced" if isinstance(value, jax.core.Tracer) else "jax" if _is_traced(value) else "numpy"
             raise JaxCallError(SP_JAX_ARGUMENT, f"`{name}` is a {what} parameter of `{kernel.name}`, but got a "
-                               f"{'traced ' if _is_traced(value) else ''}array",
+                               f"{kind} array",
                                help=f"pass `{name}` as a Python number: scalars and constexprs are static "
                                     "(part of the compiled program); pass data as a pointer parameter")
         if array:

@@ -219,7 +219,9 @@ def test_traced_scalar_is_refused() -> None:
     assert info.value.code == "SP0932"
     assert info.value.message.startswith("`n` is a scalar parameter of `scale_add`, but got a traced array")
     _raises("SP0932", lambda: call(scale_add, (3,), x, y, out_shapes=s, n=N, alpha=1.0, BLOCK=jnp.int32(128)),
-            "`BLOCK` is a constexpr parameter of `scale_add`, but got a traced array")
+            "`BLOCK` is a constexpr parameter of `scale_add`, but got a jax array")  # (concrete: not "traced")
+    _raises("SP0932", lambda: call(scale_add, (3,), x, y, out_shapes=s, n=N, alpha=np.asarray(1.0)),
+            "`alpha` is a scalar parameter of `scale_add`, but got a numpy array")  # (was "got a array")
     _raises("SP0932", lambda: call(scale_add, (3,), [1.0] * N, y, out_shapes=s, n=N, alpha=1.0),
             "`x` got a list; a sparsile kernel takes arrays and numbers")
 
