@@ -22,7 +22,8 @@ SP_JAX_ARGUMENT = "SP0932"
 """A kernel argument of a kind the call cannot pass: a traced value for a scalar or constexpr
 parameter (they are static), or something that is neither an array nor a number (a
 ``jax.ShapeDtypeStruct`` for an input); a traced ``split_k``, ``interpret`` or ``in_features`` of
-``sparse_linear`` or ``interpret`` of ``call`` (static options); ``constexprs`` that is no mapping."""
+``sparse_linear`` or ``interpret`` of ``call`` (static options); ``constexprs`` that is no mapping; a
+traced weight for ``SparseLinear.from_dense`` (it compresses on the host)."""
 SP_JAX_WRITES_INPUT = "SP0933"
 """The kernel writes a parameter that is an input, not an output, or ``input_output_aliases`` is bad."""
 SP_JAX_NO_AUTODIFF = "SP0934"

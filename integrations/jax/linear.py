@@ -398,6 +398,12 @@ class SparseLinear:
             raise _bad(f"SparseLinear.from_dense has no {dtype!r} weights",
                        "use f16 or bf16; e4m3 weights need a per-channel scale: build SparseLinear(values, meta, "
                        "scale_w=...) from your own quantization")
+        if isinstance(weight, jax.core.Tracer):  # (np.asarray: jax's TracerArrayConversionError)
+            raise JaxCallError(SP_JAX_ARGUMENT, "SparseLinear.from_dense prunes and compresses the weight on the "
+                               "host, but got a traced weight",
+                               help="make the layer once, outside the transformed function, from a concrete "
+                                    "weight, and pass it in as an argument (it is a pytree); gradients flow to x "
+                                    "and the bias, not to the frozen weight")
         weight = np.asarray(weight)
         values, meta = prune_and_compress(weight, dtype)
         options.setdefault("in_features", int(weight.shape[-1]) if weight.ndim == 2 else None)

@@ -79,3 +79,28 @@ def test_torch_tensors_are_sp0938() -> None:
             "bias must be a number or a jax or numpy array, got torch.Tensor", HELP)
     _expect(lambda: sparse_linear(x, layer.values, layer.meta, scale_w=torch.tensor(2.0)),
             "scale_w must be a number or a jax or numpy array, got torch.Tensor", HELP)
+
+
+FROM_DENSE_HELP = ("make the layer once, outside the transformed function, from a concrete weight, and pass it in "
+                   "as an argument (it is a pytree); gradients flow to x and the bias, not to the frozen weight")
+
+
+@pytest.mark.parametrize("transform", ["jit", "grad", "vmap"])
+def test_from_dense_of_a_traced_weight_is_sp0932(transform: str) -> None:
+    """``SparseLinear.from_dense`` prunes and compresses on the host: a weight traced by jax.jit,
+    jax.grad or jax.vmap failed inside it as jax's TracerArrayConversionError."""
+    rng = np.random.default_rng(1)
+    w = jnp.asarray(rng.standard_normal((16, 64)), jnp.float32)
+    x = jnp.ones((2, 64), jnp.float32)
+
+    def f(w: object) -> object:
+        return SparseLinear.from_dense(w, "bf16")(x).sum()
+
+    run = {"jit": jax.jit(f), "grad": jax.grad(f), "vmap": jax.vmap(f)}[transform]
+    line = f.__code__.co_firstlineno + 1
+    with pytest.raises(JaxCallError) as info:
+        run(jnp.stack([w, w]) if transform == "vmap" else w)
+    e = info.value
+    assert (e.code, e.message, e.help) == (
+        "SP0932", "SparseLinear.from_dense prunes and compresses the weight on the host, but got a traced weight "
+                  f"(at test_jax_operand_kinds.py:{line})", FROM_DENSE_HELP)
