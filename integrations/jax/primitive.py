@@ -33,12 +33,15 @@ _eager: dict[tuple, Callable[..., Any]] = {}
 
 
 def _impl(*args: Any, **params: Any) -> Any:
-    """A call outside ``jax.jit``: the primitive alone, compiled once per plan."""
+    """A call outside ``jax.jit``: the primitive alone, compiled once per plan. Compiled under
+    ``jax.disable_jit()`` too (the primitive has no other implementation: the jitted function,
+    called as plain Python there, bound the primitive again, a RecursionError)."""
     key = tuple(sorted(params.items()))
     fn = _eager.get(key)
     if fn is None:
         fn = _eager[key] = jax.jit(lambda *a: sparsile_call_p.bind(*a, **params))
-    return fn(*args)
+    with jax.disable_jit(False):
+        return fn(*args)
 
 
 sparsile_call_p.def_impl(_impl)

@@ -1,0 +1,53 @@
+"""``jax.disable_jit()`` (the debugging switch that runs jitted functions op by op): a sparsile call
+still runs, through its own compiled custom call. Its eager implementation compiled the primitive
+with ``jax.jit``, which under ``disable_jit`` called the primitive again: RecursionError."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+import sparsile as sp  # noqa: E402
+from sparsile.integrations.jax import SparseLinear, call  # noqa: E402
+
+
+@sp.jit
+def axpy(x: sp.ptr[sp.f32], y: sp.ptr[sp.f32], out: sp.ptr[sp.f32], n: sp.i32, alpha: sp.f32,
+         BLOCK: sp.constexpr = 64):
+    offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
+    mask = offs < n
+    sp.store(out + offs, alpha * sp.load(x + offs, mask=mask) + sp.load(y + offs, mask=mask), mask=mask)
+
+
+@pytest.mark.parametrize("interpret", [False, True], ids=["ffi", "callback"])
+def test_a_call_runs_under_disable_jit(interpret: bool) -> None:
+    rng = np.random.default_rng(0)
+    n = 150
+    x, y = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+    f = jax.jit(lambda a, b: call(axpy, (3,), a, b, n=n, alpha=0.5, interpret=interpret,
+                                  out_shapes=jax.ShapeDtypeStruct((n,), jnp.float32)))
+    with jax.disable_jit():
+        got = np.asarray(f(x, y), np.float64)
+    want = 0.5 * x.astype(np.float64) + y
+    np.testing.assert_allclose(got, want, rtol=0, atol=2**-22 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("interpret", [False, True], ids=["ffi", "callback"])
+def test_a_layer_and_its_gradient_run_under_disable_jit(interpret: bool) -> None:
+    rng = np.random.default_rng(1)
+    w = (rng.uniform(0.25, 1.0, (16, 64)) * rng.choice([-1, 1], (16, 64))).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    layer = SparseLinear.from_dense(w, "f16", bias=b, interpret=interpret)
+    x = (rng.uniform(0.25, 1.0, (3, 64)) * rng.choice([-1, 1], (3, 64))).astype(np.float32)
+    ct = rng.standard_normal((3, 16)).astype(np.float32)
+    with jax.disable_jit():
+        y = np.asarray(jax.jit(layer)(x), np.float64)
+        dx = np.asarray(jax.grad(lambda x: (layer(x) * ct).sum())(x), np.float64)
+    dense = layer.dense().astype(np.float64)
+    want = x.astype(np.float16).astype(np.float64) @ dense.T + b  # (x rounded to the f16 operand)
+    np.testing.assert_allclose(y, want, rtol=0, atol=64 * 2**-24 * np.abs(want).max())
+    want_dx = ct.astype(np.float64) @ dense  # (straight-through: the rounding of x counts as the identity)
+    np.testing.assert_allclose(dx, want_dx, rtol=0, atol=64 * 2**-24 * np.abs(want_dx).max())
