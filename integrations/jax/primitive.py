@@ -6,6 +6,7 @@ by number in the FFI's registry (:mod:`.ffi`)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -35,13 +36,36 @@ _eager: dict[tuple, Callable[..., Any]] = {}
 def _impl(*args: Any, **params: Any) -> Any:
     """A call outside ``jax.jit``: the primitive alone, compiled once per plan. Compiled under
     ``jax.disable_jit()`` too (the primitive has no other implementation: the jitted function,
-    called as plain Python there, bound the primitive again, a RecursionError)."""
+    called as plain Python there, bound the primitive again, a RecursionError). With
+    ``jax_debug_nans`` / ``jax_debug_infs`` the outputs are checked here, as jax checks an eager
+    primitive's, so that a NaN names ``sparsile_call``: the jitted function's own check re-ran it
+    "de-optimized", which is this function again, without end."""
     key = tuple(sorted(params.items()))
     fn = _eager.get(key)
     if fn is None:
         fn = _eager[key] = jax.jit(lambda *a: sparsile_call_p.bind(*a, **params))
-    with jax.disable_jit(False):
-        return fn(*args)
+    nans, infs = bool(jax.config.jax_debug_nans), bool(jax.config.jax_debug_infs)
+    with contextlib.ExitStack() as scope:
+        scope.enter_context(jax.disable_jit(False))
+        for switch in (getattr(jax, "debug_nans", None), getattr(jax, "debug_infs", None)):
+            if switch is not None:
+                scope.enter_context(switch(False))
+        outs = fn(*args)
+    if nans or infs:
+        _check_special(outs, nans, infs)
+    return outs
+
+
+def _check_special(outs: Any, nans: bool, infs: bool) -> None:
+    """FloatingPointError for a NaN (``nans``) or an infinity (``infs``) in a floating-point
+    output, worded as jax words it for its own primitives."""
+    for out in outs:
+        if not jax.numpy.issubdtype(out.dtype, jax.numpy.inexact):
+            continue
+        host = np.asarray(out)
+        for on, test, what in ((nans, np.isnan, "nan"), (infs, np.isinf, "inf")):
+            if on and test(host).any():
+                raise FloatingPointError(f"invalid value ({what}) encountered in {sparsile_call_p.name}")
 
 
 sparsile_call_p.def_impl(_impl)

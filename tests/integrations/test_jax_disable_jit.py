@@ -51,3 +51,30 @@ def test_a_layer_and_its_gradient_run_under_disable_jit(interpret: bool) -> None
     np.testing.assert_allclose(y, want, rtol=0, atol=64 * 2**-24 * np.abs(want).max())
     want_dx = ct.astype(np.float64) @ dense  # (straight-through: the rounding of x counts as the identity)
     np.testing.assert_allclose(dx, want_dx, rtol=0, atol=64 * 2**-24 * np.abs(want_dx).max())
+
+
+@sp.jit
+def root(x: sp.ptr[sp.f32], out: sp.ptr[sp.f32], n: sp.i32, BLOCK: sp.constexpr = 64):
+    offs = sp.program_id(0) * BLOCK + sp.arange(0, BLOCK)
+    mask = offs < n
+    sp.store(out + offs, sp.sqrt(sp.load(x + offs, mask=mask)), mask=mask)
+
+
+def _root(x: object, interpret: bool) -> object:
+    return call(root, (1,), x, n=64, interpret=interpret, out_shapes=jax.ShapeDtypeStruct((64,), jnp.float32))
+
+
+@pytest.mark.parametrize("interpret", [False, True], ids=["ffi", "callback"])
+def test_debug_nans_names_the_call(interpret: bool) -> None:
+    """``jax_debug_nans``: a NaN a kernel writes is jax's FloatingPointError naming the call. jax
+    re-runs a jitted function whose output has a NaN "de-optimized" (op by op), which ran the
+    call's eager implementation, itself jitted and checked: it re-ran again, a RecursionError."""
+    x = np.linspace(1.0, 4.0, 64).astype(np.float32)
+    with jax.debug_nans(True):
+        got = np.asarray(jax.jit(lambda x: _root(x, interpret) * 2)(x), np.float64)  # (no NaN: runs)
+        np.testing.assert_allclose(got, 2 * np.sqrt(x.astype(np.float64)), rtol=2**-22)
+        x[5] = -1.0
+        for run in (jax.jit(lambda x: _root(x, interpret) * 2), lambda x: _root(x, interpret)):
+            with pytest.raises(FloatingPointError) as info:
+                run(x)
+            assert str(info.value).startswith("invalid value (nan) encountered in sparsile_call"), str(info.value)
