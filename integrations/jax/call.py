@@ -51,10 +51,26 @@ __all__ = ["X64_HELP", "CallPlan", "DeviceView", "call", "check_concrete", "need
 
 class _Stand:
     """An array stand-in for specializing a kernel at trace time: shape, dtype, and an address
-    XLA guarantees to be aligned (XLA aligns every buffer to at least 16 bytes)."""
+    XLA guarantees to be aligned (XLA aligns every buffer to at least 16 bytes). A grid function
+    reads it as a numpy or jax array: ``shape``, ``dtype``, ``ndim``, ``size``, ``itemsize``,
+    ``nbytes``, ``len()``."""
 
     def __init__(self, shape: tuple[int, ...], dtype: np.dtype):
         self.shape, self.dtype, self.ndim = tuple(shape), np.dtype(dtype), len(shape)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.itemsize = self.dtype.itemsize
+        self.nbytes = self.size * self.itemsize
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __bool__(self) -> bool:  # (truthy, as before it had a length: an empty array is still an argument)
+        return True
+
+    def __repr__(self) -> str:
+        return f"<array stand-in: shape={self.shape}, dtype={self.dtype}>"
 
     def data_ptr(self) -> int:
         return 0
