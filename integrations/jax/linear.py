@@ -419,6 +419,12 @@ class SparseLinear:
     def dense(self) -> np.ndarray:
         """The pruned (N_out, K) weight on the host, in the values' dtype (for checks); K is
         ``in_features`` where it is set (the padding's zero columns left out)."""
+        if isinstance(self.values, jax.core.Tracer) or isinstance(self.meta, jax.core.Tracer):
+            raise JaxCallError(SP_JAX_ARGUMENT, "SparseLinear.dense() decodes the weight on the host, but the "
+                               "layer's values or meta are traced",
+                               help="call it outside the transformed function (on a concrete layer), or decode on "
+                                    "the device with sparsile.integrations.jax.grad.dense_weight(values, meta, "
+                                    "in_features)")
         op = LINEAR_OPERANDS[np.dtype(self.values.dtype).name]
         dense = decompress(np.asarray(self.values), np.asarray(self.meta).view(np.uint32), "sm90", op)
         return dense if self.in_features is None else dense[:, :self.in_features]

@@ -104,3 +104,24 @@ def test_from_dense_of_a_traced_weight_is_sp0932(transform: str) -> None:
     assert (e.code, e.message, e.help) == (
         "SP0932", "SparseLinear.from_dense prunes and compresses the weight on the host, but got a traced weight "
                   f"(at test_jax_operand_kinds.py:{line})", FROM_DENSE_HELP)
+
+
+def test_dense_of_a_traced_layer_is_sp0932() -> None:
+    """``SparseLinear.dense()`` decodes the weight on the host: inside jax.jit (the layer a jitted
+    function's argument) it failed as jax's TracerArrayConversionError."""
+    layer = _layer()
+    want = layer.dense()
+
+    def f(layer: SparseLinear) -> object:
+        return layer.dense()
+
+    line = f.__code__.co_firstlineno + 1
+    with pytest.raises(JaxCallError) as info:
+        jax.jit(f)(layer)
+    e = info.value
+    assert (e.code, e.message, e.help) == (
+        "SP0932", f"SparseLinear.dense() decodes the weight on the host, but the layer's values or meta are traced "
+                  f"(at test_jax_operand_kinds.py:{line})",
+        "call it outside the transformed function (on a concrete layer), or decode on the device with "
+        "sparsile.integrations.jax.grad.dense_weight(values, meta, in_features)")
+    assert np.array_equal(f(layer), want)  # (concrete: the host's decode, as before)
