@@ -345,7 +345,9 @@ def _batched(fn: Any, size: int, in_batched: list[bool], x: Any, v: Any, e: Any,
                            "multiplies by one weight (values, meta, scale_w) per launch",
                            help="vmap over x, bias and scale_x only; for several weights, loop over them: "
                                 "jax.lax.map(lambda w: sparse_linear(x, *w), (values, meta)) or jax.lax.scan "
-                                "(one launch per weight)")
+                                "(one launch per weight); under jax.vmap, a jax.lax.cond or jax.lax.switch with a "
+                                "batched predicate batches every operand of its branches, the weight too: compute "
+                                "the branches and choose with jnp.where(pred, layer_a(x), layer_b(x))")
     if b_b:  # one bias per member, and the kernel adds one bias vector to all its tokens: a call per member
         batched = {"b": b, **({"x": x} if x_b else {}), **({"sx": sx} if sx_b else {})}
         return jax.lax.map(lambda m: fn(m.get("x", x), v, e, m["b"], m.get("sx", sx), sw), batched), True

@@ -326,3 +326,23 @@ def test_out_dtype_refused_by_its_name() -> None:
                                                              out_dtype=out_dtype))
         name = np.dtype(out_dtype).name
         assert (e.code, e.message) == ("SP0850", f"sparse_linear has no {name} output"), e.message
+
+
+def test_a_cond_with_a_batched_predicate_says_what_batched_the_weight() -> None:
+    """jax.vmap of a jax.lax.cond whose predicate is batched runs both branches with every operand
+    batched (jax broadcasts them), the layers' weights too: SP0935, whose help said only to vmap over
+    x, bias and scale_x, which the program did. The help names the cond and what works instead,
+    jnp.where of both layers, checked here against the members one by one."""
+    a, b = _layer(), SparseLinear.from_dense(np.asarray(_rand((N, K), 11)), "f16", activation="relu")
+    x = _rand((4, 3, K), 12)
+    pred = jnp.asarray([True, False, True, False])
+    with pytest.raises(JaxCallError) as info:
+        jax.vmap(lambda p, xi: jax.lax.cond(p, a, b, xi))(pred, x)
+    e = info.value
+    assert e.code == "SP0935" and "jax.lax.map" in e.help
+    assert e.help.endswith("; under jax.vmap, a jax.lax.cond or jax.lax.switch with a batched predicate batches "
+                           "every operand of its branches, the weight too: compute the branches and choose with "
+                           "jnp.where(pred, layer_a(x), layer_b(x))"), e.help
+    got = jax.jit(jax.vmap(lambda p, xi: jnp.where(p, a(xi), b(xi))))(pred, x)
+    want = np.stack([np.asarray(a(x[i]) if bool(pred[i]) else b(x[i])) for i in range(4)])
+    np.testing.assert_array_equal(np.asarray(got), want)
