@@ -501,9 +501,12 @@ a66)  # the fifty-seventh session's first call: on an H200 issue 12's acceptance
     fi
     run 200 python -m pytest -q -m gpu -n 8 --timeout 150 -rfEs --dist worksteal --junitxml="$out/junit-a66.xml" \
         tests/frontend tests/stdlib/test_out_aliasing.py "tests/stdlib/test_decode_api.py::test_gpu_pdl_reads_what_the_previous_kernel_wrote" \
-        tests/gpu/test_byte_order_gpu.py tests/stdlib/test_dense_operand_types.py
+        tests/gpu/test_byte_order_gpu.py tests/stdlib/test_dense_operand_types.py tests/gpu/test_jax_gpu.py
     run 100 python -m pytest -q -n 8 -rfE tests/frontend/test_captures_typed_torch.py \
         tests/integrations/test_torch_compiled_autograd.py tests/frontend/test_autotune.py
+    # jax57's eager implementation (disable_jit, debug_nans) under the device's jax, whose default backend is the GPU
+    run 100 python -m pytest -q -n 4 -rfE tests/integrations/test_jax_disable_jit.py \
+        tests/integrations/test_jax_x64_outputs.py tests/integrations/test_jax_operand_kinds.py
     ;;
 a65)  # a64's rest (the step limit stopped it in tests/stdlib/test_decode_api.py) and review56b's merges: SemiSparseLinear
      # under compiled autograd, an FX graph holding its SparseLinear, captured ml_dtypes scalars keyed by value, AOT
