@@ -16,11 +16,14 @@ from ..errors import SP_STALE_CAPTURE, IntegrationError
 from . import graph_life
 from ._kernels import LaunchRecord, capture_id, capturing, pdl_wanted, stream_getter
 from .capture_frees import HELD, CaptureRecord, drop_held
-from .capture_keys import foreign_key, is_capture_key, scratch_key
+from .capture_keys import foreign_id, foreign_key, is_capture_key, scratch_key
 from .noted_streams import stream_id
 from .optimizer_steps import AfterStep, bump_unless_written, watch_optimizer_steps
 from .weight import Weight, same_binding, storage_key, weight_versions
 
+FOREIGN_SLACK = 64
+"""How many handles :attr:`RecordCache.foreign` may hold beyond twice those of its live records before the
+handles whose records are all gone are forgotten (:meth:`RecordCache._forget_foreign`)."""
 _STEP_WATCHED: weakref.WeakSet[LaunchRecord] = weakref.WeakSet()
 """The live records whose weight a fused optimizer step could leave them behind (:func:`_stepped`)."""
 
@@ -99,8 +102,10 @@ class RecordCache:
         # (the record the last call ran, its stream): what a layer's LastCall keeps (last_call.py)
         self.last: tuple[LaunchRecord, int] | None = None
         # handles of streams somebody else owns that a record with scratch was planned for here: their eager
-        # records with scratch are kept under the stream's driver id too (capture_keys.foreign_key)
+        # records with scratch are kept under the stream's driver id too (capture_keys.foreign_key); only those
+        # of live records, give or take FOREIGN_SLACK (_forget_foreign: a server's stream per request)
         self.foreign: set[int] = set()
+        self.foreign_limit = FOREIGN_SLACK  # (the size at which the handles of dropped records are forgotten)
 
     def clear(self) -> None:
         """Drop every record; those a CUDA graph captured stay (retired) while their weight lives."""
@@ -325,6 +330,20 @@ class RecordCache:
         for key in mine[:max(0, len(mine) - self.capacity)]:
             records.pop(key, None)
 
+    def _forget_foreign(self) -> None:
+        """Forget the foreign handles (:attr:`foreign`) that no stored record is kept under (dropped by
+        :meth:`_trim`, with their weight, or replaced), once the set reached :attr:`foreign_limit`; the next
+        limit is twice what stays, and at least :data:`FOREIGN_SLACK` (a sweep per that many new handles).
+        A server that makes a stream per request gave the set a handle per request, for good. Forgetting
+        loses nothing: a handle's records with scratch are stored under :func:`~.capture_keys.foreign_key`
+        only, so a call on a forgotten handle finds none by the handle alone (``(*key, stream)`` holds only
+        the records of lasting streams, whose handles are never reused) and plans a record keyed by the
+        stream's driver id again, as on its first call."""
+        stored = [*tuple(self.records), *(r.key for r in tuple(self.retired.values()))]  # (snapshots: weakref
+        live = {key[-2] for key in stored if foreign_id(key)[0]}                          # callbacks)
+        self.foreign = self.foreign & live
+        self.foreign_limit = max(FOREIGN_SLACK, 2 * len(self.foreign))
+
     def __len__(self) -> int:
         return len(self.records)
 
@@ -405,5 +424,7 @@ class RecordCache:
             if in_capture:
                 self._tie(record, stream)
             self._trim(w.values)
+            if len(self.foreign) > self.foreign_limit:
+                self._forget_foreign()
         self.last = (record, stream)
         return record(x, scale_x, stream, in_capture)

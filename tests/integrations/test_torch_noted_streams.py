@@ -223,3 +223,31 @@ def test_no_stream_id_is_asked_inside_a_capture(stream_ids, fake, monkeypatch):
     cache.run((4,), x, w, None, torch.float32, stream=40)
     cache.run((4,), x, w, None, torch.float32, stream=40)
     assert stream_ids.asked == []
+
+
+def test_the_foreign_handles_a_cache_keeps_are_bounded_by_its_live_records(stream_ids, fake):
+    """A server that makes a stream per request (each somebody else's, each a new handle) calls one layer on
+    thousands of streams: the cache keeps at most ``capacity`` records of the weight, and the handles it notes
+    as foreign (``RecordCache.foreign``: where a record with scratch is kept under the stream's driver id too)
+    are those of its live records, plus a bounded slack. Before, every handle ever seen stayed in the set. A
+    handle forgotten and seen again is keyed by its driver id as before: a new stream under it gets its own
+    record, the same stream finds its record."""
+    from sparsile.integrations.torch.record_cache import RecordCache
+
+    cache, w = RecordCache(capacity=4), _weight_of_fakes()
+    x = torch.randn(4, 32)
+    streams = range(1000, 1600)
+    fake.foreign_streams.update(streams)
+    for stream in streams:
+        cache.run((4,), x, w, None, torch.float32, stream=stream)
+    assert len(_scratch_records(cache)) == 4
+    live = {r.key[-2] for r in _scratch_records(cache)}
+    assert live <= cache.foreign and len(cache.foreign) <= 4 + 64
+    cache.run((4,), x, w, None, torch.float32, stream=1000)  # forgotten long ago: keyed by its driver id again
+    (again,) = [r for r in _scratch_records(cache) if r.key[-2] == 1000]
+    assert again.key[-1] == ("stream", stream_ids.ids[1000]) and 1000 in cache.foreign
+    cache.run((4,), x, w, None, torch.float32, stream=1000)
+    assert cache.last == (again, 1000)  # the same stream: its record
+    stream_ids.recreate(1000)
+    cache.run((4,), x, w, None, torch.float32, stream=1000)
+    assert cache.last[0] is not again  # a new stream under the handle: a record of its own
