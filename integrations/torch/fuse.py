@@ -234,12 +234,34 @@ class ProjectionGroup:
                             and part.untyped_storage().data_ptr() == whole.untyped_storage().data_ptr()
                             and part.data_ptr() == expected.data_ptr()):
                         return False
+            self._reviewed()
             for layer in self.layers():  # as a member's own records, the fused layers' are rebuilt after a change
                 layer._invalidate()
             self.expect = self._expected()  # (a copy's views are at addresses of its own)
             self.held = self._held()
             self.checked = True
         return True
+
+    def _reviewed(self) -> None:
+        """Make each member's buffer that lies where it should in a fused buffer but is no view of it a
+        view of it again (called by :meth:`intact` once the layout is verified). ``copy.deepcopy`` and
+        ``torch.load`` keep the shared storage but give each tensor a version counter of its own, so a
+        write to a member's weight moved none of the fused layer's counters: the fused run's backward
+        computed x's gradient with the written rows without a word (weight_versions.py), and a sibling
+        was served a run from before the write. Views share their base's counter."""
+        with torch.no_grad():
+            for m, (a, b) in zip(self.members, self.rows):
+                replaced = False
+                for name in _BUFFER_NAMES:
+                    whole, part = self.fused._buffers.get(name), m._buffers.get(name)
+                    if whole is None or part is None or whole.is_inference():  # (an inference tensor keeps no counter)
+                        continue
+                    base = whole._base if whole._is_view() else whole
+                    if part._base is not base:
+                        m._buffers[name] = whole[a:b]  # (the same memory: verified by intact)
+                        replaced = True
+                if replaced:
+                    m._invalidate()  # (its records hold the tensors it had)
 
     def run(self, index: int, x: torch.Tensor) -> torch.Tensor:
         """Member ``index``'s output for x: its columns of the fused run that the previous sibling
