@@ -107,6 +107,12 @@ class RecordCache:
         self.foreign: set[int] = set()
         self.foreign_limit = FOREIGN_SLACK  # (the size at which the handles of dropped records are forgotten)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """An unpickled cache (a layer's, which pickles an empty one: ``SparseLinear.__getstate__``) is a
+        new one of its capacity and PDL choice: one pickled before an attribute existed (``foreign``) has
+        it (its first call on a stream somebody else owns raised AttributeError)."""
+        self.__init__(state.get("capacity", 64), state.get("pdl", False))
+
     def clear(self) -> None:
         """Drop every record; those a CUDA graph captured stay (retired) while their weight lives."""
         captured = [r for r in tuple(self.records.values()) if r.captured]  # (a weakref callback may pop

@@ -98,6 +98,28 @@ def test_a_layer_pickled_before_last_call_still_runs():
     old(torch.randn(2, 32).bfloat16())  # (was: KeyError '_last' in forward)
 
 
+def test_a_layer_pickled_before_its_cache_noted_foreign_streams_still_runs_on_one(fake):
+    """torch.save(model) pickles each layer's (empty) record cache with the attributes it had then: one saved
+    before the cache noted foreign streams (``foreign``, and the limit at which it forgets their handles)
+    was loaded without them, and its first call on a stream somebody else owns raised AttributeError. An
+    unpickled cache is a new one of its capacity and PDL choice."""
+    import pickle
+
+    fake.foreign_streams.add(40)
+    fake.n_launches = 2  # (a split-K plan: a record with scratch, per stream)
+    layer = spt.SparseLinear(32, 8)
+    state = layer.__getstate__()
+    cache = state["_records"]
+    del cache.__dict__["foreign"], cache.__dict__["foreign_limit"]  # what torch.save wrote before them
+    old = spt.SparseLinear.__new__(spt.SparseLinear)
+    old.__setstate__(pickle.loads(pickle.dumps(state)))
+    loaded = old.__dict__["_records"]
+    assert loaded.pdl and loaded.capacity == cache.capacity
+    x = torch.randn(4, 32).bfloat16()
+    loaded.run((4, x.dtype, -1, x.dtype), x, old._bound(), None, x.dtype, stream=40)
+    assert loaded.foreign == {40}
+
+
 def test_remember_keeps_only_the_record_of_its_own_call(fake, monkeypatch):
     """Another thread's call through the layer between this call's records.run and its _remember
     (the native launch is a ctypes call: it releases the GIL) leaves ITS record as the cache's last;
