@@ -44,10 +44,10 @@ import torch
 from torch import nn
 
 from ..errors import SP_FUSE_GROUPS, SP_SPARSIFY_ARGUMENTS, IntegrationError
-from ._kernels import capture_id, capturing
 from .glu import LLAMA, MLP_NAMES, PACKED, ROW_ALIGN, MLPForm, glu_of, install_glu, uninstall_glu
 from .layer_args import checked_model
-from .linear import SparseLinear, tensors_of
+from .linear import SparseLinear
+from .run_stamp import input_version, run_stamp
 from .weight_versions import note_shared_weight
 from .wording import counted
 
@@ -94,47 +94,6 @@ class FuseReport:
         return "\n".join(lines)
 
 
-def _version(x: torch.Tensor) -> int:
-    """x's version counter (-1 for an inference tensor, which keeps none: identity alone then)."""
-    return -1 if x.is_inference() else x._version
-
-
-def _run_stamp(fused: SparseLinear, x: torch.Tensor) -> tuple[Any, ...]:
-    """What a fused run's outputs depend on besides x's identity and version, compared before a
-    sibling is served from it: grad mode (a run under ``torch.no_grad()`` is off the autograd graph),
-    inference mode (a run under ``torch.inference_mode()`` made inference tensors, which a sibling
-    called outside it could not write in place, as its unfused output can be), whether x requires
-    grad (a leaf x made to require it between sibling calls, by a forward pre-hook say, changes
-    neither: a sibling was served columns off the graph, x's gradient lacked its part; or, made not
-    to, columns on it) and the version counters of the fused buffers (a member's buffers are views of
-    them and share their counters: a write to a member's weight, bias or scales between sibling
-    calls; inference tensors keep none), x's memory (address, shape, strides: ``x.data = t`` gives
-    the same object other memory without a version bump; a sibling was served the run of x's old
-    memory, outputs of another input and even of another shape), and, for CUDA x, which CUDA graph
-    is being captured, if any (its capture id), and torch's current stream (a sibling called inside a
-    capture, or in another capture than the run's, the same static x fed to two graphs captured one
-    after the other, or on another stream, was served columns whose launch is not in its graph, or
-    runs on the other stream)."""
-    b = tensors_of(fused.__dict__)  # (not fused.values: nn.Module.__getattr__ cost 0.7 us a name, and no
-    # generator: the stamp is taken once per member call, 5.3 us before, 0.7 us now on a slow host; .get: a
-    # name a parametrization moved out is no KeyError, and its tensor is computed anew on each access anyway)
-    return (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), x.requires_grad,
-            _counter(b.get("values")), _counter(b.get("meta")), _counter(b.get("bias")), _counter(b.get("scale_w")),
-            x.data_ptr(), x.shape, x.stride(), *_stream_and_capture(fused, x))
-
-
-def _stream_and_capture(fused: SparseLinear, x: torch.Tensor) -> tuple[int | None, tuple[int | None] | None]:
-    """(torch's current stream on CUDA x's device, or None; (the id of the CUDA graph it captures,)
-    or None outside a capture) for :func:`_run_stamp`. The id is asked only inside a capture."""
-    stream = fused.__dict__["_records"].stream_of(x.get_device())() if x.is_cuda else None  # (its cached getter)
-    return stream, ((capture_id(stream),) if capturing() else None)
-
-
-def _counter(t: torch.Tensor | None) -> int:
-    """A fused buffer's version counter (-1 for none, or an inference tensor, which keeps none)."""
-    return -1 if t is None or t.is_inference() else t._version
-
-
 class ProjectionGroup:
     """The fused layer of one group of sibling :class:`.SparseLinear` layers and the run it last
     made. Each member holds ``(group, index)`` in its ``__dict__["_fused"]``; its ``forward`` (when
@@ -155,7 +114,7 @@ class ProjectionGroup:
         self.held = self._held()
         self.params = tuple(m._parameters for m in self.members)  # (where a buffer made an nn.Parameter goes)
         self.pending: list[Any] | None = None  # [x, x's version, y's column views, bitmask of the members served,
-        # the run's _run_stamp]
+        # the run's run_stamp]
         self.checked = True  # the views were verified since the last _invalidate of a member
         self.runs = 0  # fused launches (tests count them)
         self.partial = 0  # fused runs in a row that ended with members unserved
@@ -268,8 +227,8 @@ class ProjectionGroup:
         started with this same x, or of a new fused run."""
         p = self.pending
         fused = self.fused  # read once: another thread may release the group
-        if (p is not None and p[0] is x and not (p[3] >> index) & 1 and p[1] == _version(x)
-                and fused is not None and p[4] == _run_stamp(fused, x) and self._holds(index)):
+        if (p is not None and p[0] is x and not (p[3] >> index) & 1 and p[1] == input_version(x)
+                and fused is not None and p[4] == run_stamp(fused, x) and self._holds(index)):
             return self._serve(p, index)
         if fused is None or not self.intact():
             LOG.info("fused projections: a member's buffers were replaced, moved or made parameters, or require "
@@ -285,7 +244,7 @@ class ProjectionGroup:
                      "(cross-attention?); running them unfused")
             self.release()
             return self.members[index].forward(x)
-        version, stamp = _version(x), _run_stamp(fused, x)
+        version, stamp = input_version(x), run_stamp(fused, x)
         parts = self._columns(fused.forward(x), stamp[0])
         self.runs += 1
         return self._start(x, version, parts, index, stamp)
@@ -371,7 +330,7 @@ class ProjectionGroup:
     def _start(self, x: torch.Tensor, version: int, parts: Sequence[torch.Tensor], index: int,
                stamp: tuple[Any, ...] = ()) -> torch.Tensor:
         """Member ``index``'s columns of a new fused run, kept for the siblings still owed theirs
-        (``stamp``: the run's :func:`_run_stamp`, eager runs only)."""
+        (``stamp``: the run's :func:`.run_stamp.run_stamp`, eager runs only)."""
         if self.full != 1 << index:
             self.pending = [x, version, parts, 1 << index, stamp]
         return parts[index]

@@ -106,6 +106,9 @@ class RecordCache:
         # of live records, give or take FOREIGN_SLACK (_forget_foreign: a server's stream per request)
         self.foreign: set[int] = set()
         self.foreign_limit = FOREIGN_SLACK  # (the size at which the handles of dropped records are forgotten)
+        # stream handles found lasting (noted_streams.lasting: never freed, so never another stream's), asked once:
+        # a fused group's run stamp names any other by its driver id too (run_stamp.stream_named)
+        self.lasting: set[int] = set()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """An unpickled cache (a layer's, which pickles an empty one: ``SparseLinear.__getstate__``) is a

@@ -788,7 +788,7 @@ def test_a_sibling_in_another_capture_is_not_served_the_run_of_the_first(monkeyp
     first graph's output (stale, or another graph's memory). The run stamp names the capture's id;
     siblings of one capture are still served from its run. (Faked on the CPU: the capture state and
     id that fuse.py reads.)"""
-    import sparsile.integrations.torch.fuse as fuse
+    import sparsile.integrations.torch.run_stamp as run_stamp
 
     block = Siblings()
     plain = copy.deepcopy(block)
@@ -796,11 +796,53 @@ def test_a_sibling_in_another_capture_is_not_served_the_run_of_the_first(monkeyp
     group = fused_group_of(block.q_proj)
     x = torch.randn(3, 64).to(torch.bfloat16)
     capture = [1]
-    monkeypatch.setattr(fuse, "capturing", lambda: True)
-    monkeypatch.setattr(fuse, "capture_id", lambda stream: capture[0])
+    monkeypatch.setattr(run_stamp, "capturing", lambda: True)
+    monkeypatch.setattr(run_stamp, "capture_id", lambda stream: capture[0])
     assert torch.equal(block.q_proj(x), plain.q_proj(x)) and group.runs == 1
     capture[0] = 2
     assert torch.equal(block.k_proj(x), plain.k_proj(x)) and group.runs == 2  # its own run
     assert torch.equal(block.v_proj(x), plain.v_proj(x)) and group.runs == 2  # served from it
-    monkeypatch.setattr(fuse, "capturing", lambda: False)
+    monkeypatch.setattr(run_stamp, "capturing", lambda: False)
     assert torch.equal(block.q_proj(x), plain.q_proj(x)) and group.runs == 3  # eager: not a capture's run
+
+
+class _OnCuda:
+    """x as the run stamp asks it, on CUDA device 0."""
+
+    is_cuda = True
+
+    def get_device(self) -> int:
+        return 0
+
+
+def test_a_sibling_on_a_new_stream_under_a_destroyed_stream_s_handle_is_not_served(monkeypatch):
+    """q_proj(x) starts a fused run on stream 40, a stream somebody else owns (an ExternalStream); its owner
+    destroys it, with the run maybe still queued there, and the driver gives handle 40 to a new stream, on
+    which k_proj(x) is called with the same x. Served, k_proj got columns that the new stream's work reads
+    with no wait for the old stream's kernel (a race). The run stamp names a foreign stream by its driver id
+    too (noted_streams.stream_id): k_proj runs its own fused run, v_proj is served from it. A stream torch
+    created is never asked for an id. (Faked on the CPU: the current stream, who created it, its id.)"""
+    import sparsile.integrations.torch.run_stamp as run_stamp
+    from sparsile.integrations.torch import noted_streams
+
+    block = Siblings()
+    plain = copy.deepcopy(block)
+    spt.fuse_projections_(block)
+    group = fused_group_of(block.q_proj)
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    stream, ids, asked = [40], {40: 1001}, []
+    group.fused.__dict__["_records"]._streams[0] = lambda: stream[0]  # (device 0's current stream)
+    real = run_stamp.stream_and_capture
+    monkeypatch.setattr(run_stamp, "stream_and_capture", lambda fused, x: real(fused, _OnCuda()))
+    monkeypatch.setattr(noted_streams, "_TORCH_CREATED", lambda s, ordinal: s != 40)
+    monkeypatch.setattr(noted_streams, "_STREAM_ID", lambda s: asked.append(s) or ids[s])
+    assert torch.equal(block.q_proj(x), plain.q_proj(x)) and group.runs == 1
+    ids[40] = 1002  # stream 40 destroyed, a new stream under its handle
+    assert torch.equal(block.k_proj(x), plain.k_proj(x)) and group.runs == 2  # its own run
+    assert torch.equal(block.v_proj(x), plain.v_proj(x)) and group.runs == 2  # served from it (the same stream)
+    assert torch.equal(block.q_proj(x), plain.q_proj(x)) and group.runs == 2
+    assert set(asked) == {40}
+    stream[0], asked[:] = 11, []  # a stream torch created: never asked
+    ys = [m(x) for m in (block.q_proj, block.k_proj, block.v_proj)]
+    assert group.runs == 3 and asked == []
+    assert all(torch.equal(y, m(x)) for y, m in zip(ys, (plain.q_proj, plain.k_proj, plain.v_proj)))
