@@ -47,6 +47,7 @@ from ..errors import SP_FUSE_GROUPS, SP_SPARSIFY_ARGUMENTS, IntegrationError
 from .glu import LLAMA, MLP_NAMES, PACKED, ROW_ALIGN, MLPForm, glu_of, install_glu, uninstall_glu
 from .layer_args import checked_model
 from .linear import SparseLinear
+from .own_rows import own_rows
 from .run_stamp import input_version, run_stamp
 from .weight_versions import note_shared_weight
 from .wording import counted
@@ -124,14 +125,18 @@ class ProjectionGroup:
         for i, m in enumerate(self.members):
             m.__dict__["_fused"] = (self, i)
 
-    def release(self) -> None:
-        """Stop fusing: every member runs on its own again (its buffers are left as they are)."""
+    def release(self, own: bool = False) -> None:
+        """Stop fusing: every member runs on its own again. Its buffers are left as they are, or, with
+        ``own`` (a release at run time), those still views of the fused copy are copied, so that a write
+        to one member no longer counts for its siblings (own_rows.py)."""
         for m in self.members:
             if m.__dict__.get("_fused", (None,))[0] is self:
                 del m.__dict__["_fused"]
         self.pending = None
         uninstall_glu(self)  # the parent MLP's own forward again
-        self.fused = None  # its memory is freed once no member holds a view of it
+        fused, self.fused = self.fused, None  # its memory is freed once no member holds a view of it
+        if own and fused is not None:
+            own_rows(fused, self.members, _BUFFER_NAMES)
 
     def layers(self) -> tuple[SparseLinear, ...]:
         """The layers over the fused buffers (the fused layer, and the gated forward's): their
@@ -233,7 +238,7 @@ class ProjectionGroup:
         if fused is None or not self.intact():
             LOG.info("fused projections: a member's buffers were replaced, moved or made parameters, or require "
                      "grad; running them unfused (call fuse_projections_ again to fuse them)")
-            self.release()
+            self.release(own=True)
             return self.members[index].forward(x)
         # a run that left siblings unserved: they read another input (cross-attention's k and v read the
         # encoder's states, q the decoder's), so fusing only multiplies the work: give up after a few
@@ -242,7 +247,7 @@ class ProjectionGroup:
         if self.partial >= PARTIAL_RUNS_LIMIT:
             LOG.info("fused projections: the members of a group keep reading different inputs "
                      "(cross-attention?); running them unfused")
-            self.release()
+            self.release(own=True)
             return self.members[index].forward(x)
         version, stamp = input_version(x), run_stamp(fused, x)
         parts = self._columns(fused.forward(x), stamp[0])

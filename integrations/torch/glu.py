@@ -296,7 +296,7 @@ class GatedForward:
         if group.fused is None or not self._children_hold():
             return self.own_forward(x)
         if not group.intact():
-            group.release()  # (uninstalls this forward; the members run on their own)
+            group.release(own=True)  # (uninstalls this forward; the members run on their own weights)
             return self.own_forward(x)
         return self.parent._modules["down_proj"](self.linear._forward_eager(x))
 

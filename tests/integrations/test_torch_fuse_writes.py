@@ -93,3 +93,106 @@ def test_a_copied_group_s_member_written_between_sibling_calls_is_not_served_the
     check_against_float64(twin.k_proj, x, twin.k_proj(x))
     check_against_float64(twin.v_proj, x, twin.v_proj(x))
     assert group.runs == 3
+
+
+def _released(block: torch.nn.Module) -> None:
+    """Feed q_proj and k_proj / v_proj different inputs (cross-attention) until the group is released."""
+    from sparsile.integrations.torch.fuse import PARTIAL_RUNS_LIMIT
+
+    group = fused_group_of(block.q_proj)
+    enc = _x(seed=9)
+    with torch.no_grad():
+        for step in range(PARTIAL_RUNS_LIMIT + 1):
+            block.q_proj(_x(1, seed=10 + step))
+            if step == 0:
+                block.k_proj(enc)
+                block.v_proj(enc)
+    assert group.fused is None and fused_group_of(block.q_proj) is None
+
+
+def _grad(layer, x: torch.Tensor) -> torch.Tensor:
+    x = x.detach().clone().requires_grad_()
+    layer(x).float().sum().backward()
+    return x.grad
+
+
+def test_a_released_member_s_backward_is_not_refused_for_a_sibling_s_write():
+    """A group released at run time (its members fed different inputs) leaves each member running on its
+    own: q_proj's forward, then k_proj's weight written in place, then q_proj's backward. q_proj's weight did
+    not change, so its backward must run (x's gradient of q_proj's weight); a write to q_proj's own weight is
+    still refused. Before, the members kept row views of the fused copy, which share one version counter, so
+    k_proj's write refused q_proj's backward too."""
+    block = Siblings()
+    plain = copy.deepcopy(block)
+    spt.fuse_projections_(block)
+    _released(block)
+    x = _x().requires_grad_()
+    y = block.q_proj(x)
+    _written(block.k_proj)
+    y.float().sum().backward()
+    assert torch.equal(x.grad, _grad(plain.q_proj, x))
+    y = block.q_proj(x)
+    _written(block.q_proj)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.float().sum().backward()
+    _written(plain.k_proj)
+    _written(plain.q_proj)
+    for name in NAMES:  # every member computes with its own weight as it is now
+        check_against_float64(getattr(block, name), x.detach(), getattr(block, name)(x.detach()))
+        assert torch.equal(getattr(block, name).to_dense(), getattr(plain, name).to_dense())
+
+
+def test_a_fused_run_s_backward_after_the_group_is_released_and_a_member_written_uses_the_forward_s_weight():
+    """A fused run's outputs (x requiring grad), then the group released and q_proj's weight written in place,
+    then the backward. The fused layer's backward computes x's gradient with the fused buffers: it must never
+    give the gradient of a weight the forward did not use. Released, the members own their weights, so the
+    write does not reach the fused buffers, which keep the forward's weight: the gradient is that of the same
+    fused run without the write (a copy of the group), bit for bit. Before, the members' views shared the
+    fused buffers, and the backward refused (rightly: the write was in them)."""
+    block = Siblings()
+    spt.fuse_projections_(block)
+    twin = copy.deepcopy(block)
+    x = _x().requires_grad_()
+    ys = [getattr(block, name)(x) for name in NAMES]
+    _released(block)
+    _written(block.q_proj)
+    torch.cat(ys, -1).float().sum().backward()
+    x2 = x.detach().clone().requires_grad_()
+    torch.cat([getattr(twin, name)(x2) for name in NAMES], -1).float().sum().backward()
+    assert fused_group_of(twin.q_proj).runs == 1
+    assert torch.equal(x.grad, x2.grad)
+
+
+class GatedMLP(torch.nn.Module):
+    """transformers' LlamaMLP written out (its forward is the form glu.py recognizes), sparse, SiLU."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate_proj = spt.SparseLinear.from_dense(linear(32, 64, seed=1))
+        self.up_proj = spt.SparseLinear.from_dense(linear(32, 64, seed=2))
+        self.down_proj = spt.SparseLinear.from_dense(linear(64, 32, seed=3))
+        self.act_fn = torch.nn.SiLU()
+
+    def forward(self, x):
+        down_proj = self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+        return down_proj
+
+
+def test_a_gated_mlp_released_at_run_time_leaves_its_members_their_own_weights():
+    """The gated forward (glu=True) releases its group when a member's buffer was replaced (up_proj's bias
+    here): gate_proj and up_proj then run on their own, and a write to up_proj's weight must not refuse
+    gate_proj's backward. Before, they kept views of the fused weight, one version counter."""
+    block = torch.nn.Module()
+    block.mlp = GatedMLP()
+    plain = copy.deepcopy(block)
+    assert spt.fuse_projections_(block).glu == {"mlp.gate_proj+up_proj": "swiglu"}
+    up = block.mlp.up_proj
+    up._buffers["bias"] = up.bias.clone()  # (bypasses __setattr__: seen by the next forward)
+    with torch.no_grad():
+        assert torch.equal(block.mlp(_x()), plain.mlp(_x()))
+    assert fused_group_of(block.mlp.gate_proj) is None
+    x = _x().requires_grad_()
+    y = block.mlp.gate_proj(x)
+    _written(up)
+    y.float().sum().backward()
+    assert torch.equal(x.grad, _grad(plain.mlp.gate_proj, x))

@@ -1,0 +1,54 @@
+"""The weights of a released ``fuse_projections_`` group's members made their own (fuse.py,
+``ProjectionGroup.release``).
+
+A fused group's members hold row views of the fused buffers, which share one version counter: a write
+to one member's weight counts for every member and the fused layer (the backward's check,
+weight_versions.py, cannot tell which rows changed). While the group runs fused that is needed: the
+fused layer computes with every member's rows. Once the group is released at run time each member
+runs on its own, and a sibling's write refused its backward although its own rows had not changed.
+So the members get copies of their rows, each with its own counter: one group's weights allocated
+for the time of the copy (the fused copy is freed once nothing holds it: a fused run's pending
+backward keeps it, with the weight its forward used, which no write reaches any more).
+
+Not copied: a buffer that requires grad (a bias made trainable: an optimizer may hold that tensor),
+an inference tensor (no counter), and nothing at all while a CUDA graph is captured or a tracer
+runs (the copy would be recorded, not made) or where the device is out of memory: those members
+keep their views, whose shared counter refuses too much, never too little.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ._kernels import capturing
+
+LOG = logging.getLogger("sparsile.torch")
+
+
+def own_rows(fused: Any, members: Sequence[Any], names: Sequence[str]) -> int:
+    """Give each of ``members`` a copy of its buffers ``names`` that are still views of ``fused``'s
+    (see the module docstring for which are not copied); returns how many buffers were copied."""
+    if capturing() or torch.compiler.is_compiling():
+        return 0
+    copied = 0
+    try:
+        with torch.no_grad(), torch.inference_mode(False):
+            for m in members:
+                mine = {}
+                for name in names:
+                    whole, part = fused._buffers.get(name), m._buffers.get(name)
+                    if whole is None or part is None or part.requires_grad or whole.is_inference():
+                        continue
+                    if part._base is (whole._base if whole._is_view() else whole):
+                        mine[name] = part.clone()
+                for name, t in mine.items():  # (SparseLinear.__setattr__ drops the records of the view)
+                    setattr(m, name, t)
+                copied += len(mine)
+    except torch.OutOfMemoryError:
+        LOG.info("fused projections: out of memory copying a released group's weights; its members keep "
+                 "views of the fused copy")
+    return copied
