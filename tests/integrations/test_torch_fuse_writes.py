@@ -196,3 +196,35 @@ def test_a_gated_mlp_released_at_run_time_leaves_its_members_their_own_weights()
     _written(up)
     y.float().sum().backward()
     assert torch.equal(x.grad, _grad(plain.mlp.gate_proj, x))
+
+
+def test_a_release_inside_a_capture_keeps_the_views_and_a_trainable_bias_stays_the_optimizer_s(monkeypatch):
+    """What a run-time release does not copy: inside a CUDA-graph capture nothing (the copy would be recorded
+    into the graph, not made: the members would read unfilled memory until a replay), so the members keep
+    their views (the shared counter refuses too much, never too little); a bias made trainable, which an
+    optimizer may hold, stays the tensor it is (and releases the group at its next run). (The capture faked
+    on the CPU.)"""
+    from sparsile.integrations.torch import own_rows
+
+    block = Siblings()
+    spt.fuse_projections_(block)
+    monkeypatch.setattr(own_rows, "capturing", lambda: True)
+    _released(block)
+    assert all(getattr(block, name).values._is_view() for name in NAMES)
+    monkeypatch.setattr(own_rows, "capturing", lambda: False)
+
+    block = Siblings()
+    plain = copy.deepcopy(block)
+    spt.fuse_projections_(block)
+    bias = block.k_proj.bias.requires_grad_()
+    optimizer = torch.optim.SGD([bias], lr=0.5)
+    x = _x()
+    block.q_proj(x)  # (not intact: released, the members given their rows)
+    assert fused_group_of(block.q_proj) is None
+    assert block.k_proj.bias is bias and bias._is_view() and not block.k_proj.values._is_view()
+    block.k_proj(x).float().sum().backward()
+    optimizer.step()
+    with torch.no_grad():
+        plain.k_proj.bias.sub_(0.5 * bias.grad)
+    check_against_float64(block.k_proj, x, block.k_proj(x))
+    assert torch.equal(block.k_proj.bias, plain.k_proj.bias)
