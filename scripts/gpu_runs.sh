@@ -504,6 +504,11 @@ a66)  # the fifty-seventh session's first call: on an H200 issue 12's acceptance
         tests/gpu/test_byte_order_gpu.py tests/stdlib/test_dense_operand_types.py tests/gpu/test_jax_gpu.py
     run 100 python -m pytest -q -n 8 -rfE tests/frontend/test_captures_typed_torch.py \
         tests/integrations/test_torch_compiled_autograd.py tests/frontend/test_autotune.py
+    # fuse57: sibling fusion on the GPU (the stamp's stream ids, release copies), its CPU files under torch 2.11
+    run 200 python -m pytest -q -m gpu -n 8 --timeout 150 -rfEs --dist worksteal \
+        tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_kept_launches_gpu.py tests/gpu/test_torch_linear_gpu.py
+    run 100 python -m pytest -q -n 8 -rfE tests/integrations/test_torch_fuse.py tests/integrations/test_torch_fuse_writes.py \
+        tests/integrations/test_torch_noted_streams.py tests/integrations/test_torch_layer_state.py
     # jax57's eager implementation (disable_jit, debug_nans) under the device's jax, whose default backend is the GPU
     run 100 python -m pytest -q -n 4 -rfE tests/integrations/test_jax_disable_jit.py \
         tests/integrations/test_jax_x64_outputs.py tests/integrations/test_jax_operand_kinds.py
