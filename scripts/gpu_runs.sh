@@ -492,9 +492,10 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
     ;;
 a66)  # the fifty-seventh session's first call: on an H200 issue 12's acceptance (three passes) first; then what the
-     # fifty-sixth session left unrun on a GPU: the autotune key after a default change, typed constants from NumPy
-     # numbers, cachekey56's compile-cache keys (tests/frontend), a65's last decode-API case, the out-aliasing file;
-     # then cachekey56's torch-dtype keys and the compiled-autograd file on the CPU under the device's torch
+     # fifty-sixth session left unrun on a GPU (the autotune key after a default change, typed constants from NumPy
+     # numbers, cachekey56's compile-cache keys in tests/frontend, a65's last decode-API case) and this session's
+     # merges (toolkit57's byte order and bool operands, fuse57's sibling fusion, jax57's eager path); then their CPU
+     # files under the device's torch and jax (GPU backend)
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
         run 300 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
             --passes 3 --json "$out/linear-passes-66.json"
@@ -502,15 +503,12 @@ a66)  # the fifty-seventh session's first call: on an H200 issue 12's acceptance
     run 200 python -m pytest -q -m gpu -n 8 --timeout 150 -rfEs --dist worksteal --junitxml="$out/junit-a66.xml" \
         tests/frontend tests/stdlib/test_out_aliasing.py "tests/stdlib/test_decode_api.py::test_gpu_pdl_reads_what_the_previous_kernel_wrote" \
         tests/gpu/test_byte_order_gpu.py tests/stdlib/test_dense_operand_types.py tests/gpu/test_jax_gpu.py
-    run 100 python -m pytest -q -n 8 -rfE tests/frontend/test_captures_typed_torch.py \
-        tests/integrations/test_torch_compiled_autograd.py tests/frontend/test_autotune.py
-    # fuse57: sibling fusion on the GPU (the stamp's stream ids, release copies), its CPU files under torch 2.11
-    run 200 python -m pytest -q -m gpu -n 8 --timeout 150 -rfEs --dist worksteal \
+    run 150 python -m pytest -q -m gpu -n 8 --timeout 120 -rfEs --dist worksteal --junitxml="$out/junit-a66b.xml" \
         tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_kept_launches_gpu.py tests/gpu/test_torch_linear_gpu.py
-    run 100 python -m pytest -q -n 8 -rfE tests/integrations/test_torch_fuse.py tests/integrations/test_torch_fuse_writes.py \
-        tests/integrations/test_torch_noted_streams.py tests/integrations/test_torch_layer_state.py
-    # jax57's eager implementation (disable_jit, debug_nans) under the device's jax, whose default backend is the GPU
-    run 100 python -m pytest -q -n 4 -rfE tests/integrations/test_jax_disable_jit.py \
+    run 120 python -m pytest -q -n 8 -rfE tests/frontend/test_captures_typed_torch.py \
+        tests/integrations/test_torch_compiled_autograd.py tests/integrations/test_torch_fuse.py \
+        tests/integrations/test_torch_fuse_writes.py tests/integrations/test_torch_noted_streams.py \
+        tests/integrations/test_torch_layer_state.py tests/integrations/test_jax_disable_jit.py \
         tests/integrations/test_jax_x64_outputs.py tests/integrations/test_jax_operand_kinds.py
     ;;
 a65)  # a64's rest (the step limit stopped it in tests/stdlib/test_decode_api.py) and review56b's merges: SemiSparseLinear
