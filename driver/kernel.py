@@ -33,10 +33,10 @@ from ..frontend.sema.captures import (
     python_default,
     python_default_value,
     recording,
-    register_function_type,
 )
 from ..frontend.sema.core import Sema
 from ..frontend.sema.emitter import describe
+from ..frontend.sema.fingerprints import register_function_type
 from ..frontend.sema.jit_globals import default_as_argument, default_diagnostic, is_run_time_scalar
 from ..frontend.sema.specialize import (
     ParamInfo,

@@ -19,7 +19,8 @@ import pytest
 
 import sparsile as sp
 from sparsile.driver.launch import cached_launcher
-from sparsile.frontend.sema.captures import EMPTY, CaptureSet, fingerprint, recording
+from sparsile.frontend.sema.captures import EMPTY, CaptureSet, recording
+from sparsile.frontend.sema.fingerprints import fingerprint
 
 SCALE = 3.0
 OFFSET_LIST = [1.0, 2.0]

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import sparsile as sp
-from sparsile.frontend.sema.captures import fingerprint
+from sparsile.frontend.sema.fingerprints import fingerprint
 from sparsile.tests.support import cache_fixture
 from sparsile.tests.support.capture_cache import FACTORIES, distinct_cached_ptx, f32_nan, f64_nan, scales_x
 from sparsile.tests.support.jit_source import import_source

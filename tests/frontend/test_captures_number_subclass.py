@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sparsile.frontend.sema.captures import fingerprint
+from sparsile.frontend.sema.fingerprints import fingerprint
 from sparsile.tests.support import cache_fixture
 from sparsile.tests.support.capture_cache import distinct_cached_ptx, scales_x
 from sparsile.tests.support.jit_source import import_source

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 import sparsile as sp
-from sparsile.frontend.sema.captures import fingerprint
+from sparsile.frontend.sema.fingerprints import fingerprint
 from sparsile.tests.support import cache_fixture
 from sparsile.tests.support.capture_cache import FACTORIES, distinct_cached_ptx, f32_nan, scales_x
 from sparsile.tests.support.jit_source import import_source

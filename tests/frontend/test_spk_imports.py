@@ -13,7 +13,7 @@ import pytest
 import sparsile as sp
 from sparsile.driver import cache as C
 from sparsile.frontend.diagnostics import CompileError
-from sparsile.frontend.sema.captures import fingerprint
+from sparsile.frontend.sema.fingerprints import fingerprint
 
 HELPERS = """\
 SCALE = 3

@@ -1,0 +1,134 @@
+"""Fingerprints of the Python values a ``@jit`` kernel captures: a hashable description of a value,
+equal for equal values and the same in every process, that keys the compile cache
+(frontend/sema/captures.py records where each value was read; docs/language.md, "What a kernel
+captures, and when it is recompiled", says what each kind of value is keyed on).
+
+Fingerprints (docs/language.md, "What a kernel captures, and when it is recompiled"): numbers,
+strings, ``None``, tuples (named tuples too), lists (compared element by element at every check: a list may be
+changed in place), sparsile, NumPy and torch dtypes, NumPy and ml_dtypes scalars and typed
+constants (``sp.f32(1.5)``; type and value), by value (a NaN by its bits: its payload reaches the
+code; an enum member by its class, name and value; an instance of a subclass of ``int``, ``float``
+or ``str`` by its class and value); modules and classes by name; ``@jit`` kernels
+and ``.spk`` helpers by their source text (and the text of each ``.spk`` module their module
+imports); any other object by identity in the process and its type's name on disk (a dataclass
+instance's or ``SimpleNamespace``'s fields too: ``cfg == FAST`` compares them), together with
+each attribute a kernel reads from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import struct
+import threading
+import types as pytypes
+from typing import Any
+
+from .values import HelperFunction
+
+MISSING: Any = object()
+"""Where a name was looked up and not found (it then resolved to a builtin)."""
+
+_IMMUTABLE = (bool, int, float, complex, str, bytes, type(None))
+
+FUNCTION_TYPES: dict[type, str] = {HelperFunction: "helper"}
+"""Classes whose objects a kernel inlines, fingerprinted by their source: class -> kind. The driver
+adds its ``Kernel`` (:func:`register_function_type`), so that this module needs nothing above sema."""
+
+
+def register_function_type(cls: type, kind: str) -> None:
+    """Fingerprint objects of ``cls`` (which have a ``node`` with a span) by their source, as ``kind``."""
+    FUNCTION_TYPES[cls] = kind
+
+
+def fingerprint(obj: Any) -> tuple[Any, ...]:
+    """A hashable description of ``obj`` that is equal for equal values and the same in every
+    process (see the module docstring for what each kind of object is keyed on)."""
+    if obj is MISSING:
+        return ("missing",)
+    kind = type(obj)
+    if kind in _IMMUTABLE:
+        if kind is float and obj != obj:  # a NaN: `repr` is `nan` for all, the payload reaches the code too
+            return ("value", "float", repr(obj), struct.pack("<d", obj).hex())
+        return ("value", kind.__name__, repr(obj))
+    if kind is tuple or kind is list:
+        return (kind.__name__, *(fingerprint(x) for x in obj))
+    if isinstance(obj, tuple) and hasattr(kind, "_fields"):  # a named tuple (`v[1]`, `a, b = v`): by its elements
+        return ("namedtuple", f"{kind.__module__}.{kind.__qualname__}", *(fingerprint(x) for x in obj))
+    function_kind = next((name for cls, name in FUNCTION_TYPES.items() if isinstance(obj, cls)), None)
+    if function_kind is not None:
+        node = obj.node
+        source = node.span.source
+        imports = getattr(obj, "imports", ())  # the .spk modules its module imports (driver/imports.py)
+        return (function_kind, source.name, source.text, node.name, node.span.line, *imports)
+    if isinstance(obj, pytypes.ModuleType):
+        return ("module", obj.__name__)
+    module = getattr(kind, "__module__", "") or ""
+    if module.startswith(("numpy", "ml_dtypes")) and not isinstance(obj, type):
+        import numpy as np
+
+        if isinstance(obj, np.generic):  # ml_dtypes' scalars too (bfloat16, float8_*): by value, as NumPy's
+            if obj != obj and obj.dtype.itemsize <= 8:  # a NaN by its bits (longdouble's padding is not its value)
+                return ("value", kind.__name__, repr(obj.item()), obj.tobytes().hex())
+            return ("value", kind.__name__, repr(obj.item()))
+        if isinstance(obj, np.dtype):
+            return ("dtype", str(obj))
+    if module == "torch" and kind.__name__ == "dtype":  # `D == torch.float16` compiles one branch or the other
+        return ("dtype", str(obj))
+    if isinstance(obj, enum.Enum):
+        # and its value: two classes of one qualified name (made by one factory) may differ there
+        return ("value", f"{module}.{kind.__qualname__}", obj.name, fingerprint(obj.value))
+    base = next((b for b in _IMMUTABLE if isinstance(obj, b)), None)
+    if base is not None:  # `class Size(int)`: the kernel folds its value (`x * v`, `v == "fast"`)
+        return ("value", f"{module}.{kind.__qualname__}", fingerprint(base(obj)))
+    if module.split(".")[0] == "sparsile" and module != "sparsile.driver.module":
+        from ..ir import types as T
+
+        if kind is T.TypedConstant:  # `f32(nan)` is the repr of every NaN: its value's own fingerprint
+            return ("sparsile", "TypedConstant", str(obj.dtype), fingerprint(obj.value))
+        name = getattr(obj, "name", None)  # builtins, namespaces, type constructors: registered once
+        label = repr(obj) if isinstance(obj, T.Type) or not isinstance(name, str) else name
+        return ("sparsile", kind.__qualname__, label)
+    if isinstance(obj, type):
+        return ("class", f"{obj.__module__}.{obj.__qualname__}")
+    if isinstance(obj, pytypes.FunctionType | pytypes.BuiltinFunctionType):
+        return ("function", f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', '?')}")
+    label = f"{module}.{kind.__qualname__}"
+    fields = _field_values(obj)
+    if fields is None:
+        return ("object", label)
+    path: list[int] = _fields_path.__dict__.setdefault("ids", [])  # the objects whose fields are being read
+    if id(obj) in path or len(path) >= _MAX_FIELD_DEPTH:  # a cycle (a tree's parent links) or deep nesting
+        return ("object", label)
+    path.append(id(obj))
+    try:  # (`cfg == FAST` folds Python's `==`, which compares them)
+        return ("object", label, *((name, fingerprint(v)) for name, v in fields))
+    finally:
+        path.pop()
+
+
+_fields_path = threading.local()
+_MAX_FIELD_DEPTH = 8
+"""How deep :func:`fingerprint` reads the fields of dataclass instances and namespaces inside one
+another; deeper ones (and one met again inside itself) by their type alone."""
+
+
+def _field_values(obj: Any) -> list[tuple[str, Any]] | None:
+    """A dataclass instance's fields or a ``SimpleNamespace``'s attributes, by name; None for any
+    other object."""
+    if type(obj) is pytypes.SimpleNamespace:
+        return sorted(vars(obj).items())
+    if dataclasses.is_dataclass(obj):
+        return [(f.name, getattr(obj, f.name, MISSING)) for f in dataclasses.fields(obj)]
+    return None
+
+
+def compared_by_value(obj: Any) -> bool:
+    """Whether an unchanged identity does not prove an unchanged value (a list, or a tuple holding
+    one, may be changed in place)."""
+    kind = type(obj)
+    if kind is list:
+        return True
+    if isinstance(obj, tuple):  # (named tuples too)
+        return any(compared_by_value(x) for x in obj)
+    return False
