@@ -8,7 +8,9 @@ strings, ``None``, tuples (named tuples too), lists (compared element by element
 changed in place), sparsile, NumPy and torch dtypes, NumPy and ml_dtypes scalars and typed
 constants (``sp.f32(1.5)``; type and value), by value (a NaN by its bits: its payload reaches the
 code; an enum member by its class, name and value; an instance of a subclass of ``int``, ``float``
-or ``str`` by its class and value); modules and classes by name; ``@jit`` kernels
+or ``str`` by its class and value; a ``fractions.Fraction`` by its numerator and denominator; a
+``decimal.Decimal`` by its sign, digits and exponent and the thread's decimal context, which its
+arithmetic rounds in); modules and classes by name; ``@jit`` kernels
 and ``.spk`` helpers by their source text (and the text of each ``.spk`` module their module
 imports); any other object by identity in the process and its type's name on disk (a dataclass
 instance's or ``SimpleNamespace``'s fields too: ``cfg == FAST`` compares them), together with
@@ -18,7 +20,9 @@ each attribute a kernel reads from it.
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import enum
+import fractions
 import struct
 import threading
 import types as pytypes
@@ -78,6 +82,10 @@ def fingerprint(obj: Any) -> tuple[Any, ...]:
     if isinstance(obj, enum.Enum):
         # and its value: two classes of one qualified name (made by one factory) may differ there
         return ("value", f"{module}.{kind.__qualname__}", obj.name, fingerprint(obj.value))
+    if isinstance(obj, fractions.Fraction):  # `float(v)`, `v < 1` fold its exact value
+        return ("value", f"{module}.{kind.__qualname__}", fingerprint(obj.numerator), fingerprint(obj.denominator))
+    if isinstance(obj, decimal.Decimal):  # its sign, digits and exponent (a NaN's payload among them)
+        return ("value", f"{module}.{kind.__qualname__}", repr(tuple(obj.as_tuple())), decimal_context())
     base = next((b for b in _IMMUTABLE if isinstance(obj, b)), None)
     if base is not None:  # `class Size(int)`: the kernel folds its value (`x * v`, `v == "fast"`)
         return ("value", f"{module}.{kind.__qualname__}", fingerprint(base(obj)))
@@ -107,6 +115,15 @@ def fingerprint(obj: Any) -> tuple[Any, ...]:
         path.pop()
 
 
+def decimal_context() -> tuple[Any, ...]:
+    """What of the thread's decimal context a Decimal's arithmetic in a kernel depends on (``v / 3``
+    rounds to its precision, an untrapped division by zero gives Infinity, ``str(v)`` spells the
+    exponent with its ``capitals``): part of a Decimal's fingerprint."""
+    c = decimal.getcontext()
+    traps = sorted(t.__name__ for t, on in c.traps.items() if on)
+    return ("decimal-context", c.prec, c.rounding, c.Emin, c.Emax, c.capitals, c.clamp, *traps)
+
+
 _fields_path = threading.local()
 _MAX_FIELD_DEPTH = 8
 """How deep :func:`fingerprint` reads the fields of dataclass instances and namespaces inside one
@@ -127,7 +144,7 @@ def compared_by_value(obj: Any) -> bool:
     """Whether an unchanged identity does not prove an unchanged value (a list, or a tuple holding
     one, may be changed in place)."""
     kind = type(obj)
-    if kind is list:
+    if kind is list or isinstance(obj, decimal.Decimal):  # (a Decimal's key holds the decimal context)
         return True
     if isinstance(obj, tuple):  # (named tuples too)
         return any(compared_by_value(x) for x in obj)
