@@ -140,12 +140,18 @@ def _field_values(obj: Any) -> list[tuple[str, Any]] | None:
     return None
 
 
-def compared_by_value(obj: Any) -> bool:
-    """Whether an unchanged identity does not prove an unchanged value (a list, or a tuple holding
-    one, may be changed in place)."""
+def compared_by_value(obj: Any, depth: int = 0) -> bool:
+    """Whether an unchanged identity does not prove an unchanged value: a list, a ``SimpleNamespace``
+    or a dataclass instance that is not frozen may be changed in place (``cfg.block = 2``, which
+    ``cfg == FAST`` compares), and so may a tuple or frozen dataclass instance holding one."""
     kind = type(obj)
     if kind is list or isinstance(obj, decimal.Decimal):  # (a Decimal's key holds the decimal context)
         return True
     if isinstance(obj, tuple):  # (named tuples too)
-        return any(compared_by_value(x) for x in obj)
-    return False
+        return any(compared_by_value(x, depth) for x in obj)
+    fields = _field_values(obj)
+    if fields is None:
+        return False
+    if kind is pytypes.SimpleNamespace or not kind.__dataclass_params__.frozen or depth >= _MAX_FIELD_DEPTH:
+        return True
+    return any(compared_by_value(v, depth + 1) for _, v in fields)

@@ -15,7 +15,7 @@ import types
 
 import pytest
 
-from sparsile.frontend.sema.fingerprints import fingerprint
+from sparsile.frontend.sema.fingerprints import compared_by_value, fingerprint
 from sparsile.tests.support import cache_fixture
 from sparsile.tests.support.capture_cache import distinct_cached_ptx, scales_x
 from sparsile.tests.support.jit_source import import_source
@@ -84,3 +84,38 @@ def test_cyclic_and_deep_objects_have_a_fingerprint() -> None:
         assert fingerprint(obj) == fingerprint(obj)
         assert fingerprint(obj)[:2] == ("object", f"{type(obj).__module__}.{type(obj).__qualname__}")
     assert fingerprint(Node(1, Node(2))) != fingerprint(Node(1, Node(3)))
+
+
+@dataclasses.dataclass
+class Mutable:
+    block: int
+
+
+@pytest.mark.parametrize("make", [Mutable, lambda b: types.SimpleNamespace(block=b)], ids=["dataclass", "namespace"])
+@pytest.mark.parametrize("changed", [0, 1], ids=["left", "right"])
+def test_an_object_changed_in_place_is_compared_anew_in_the_process(tmp_path, fresh_cache, make, changed) -> None:
+    """``cfg.block = 2`` between two calls: the kernel folded ``cfg == FAST`` with the old fields,
+    and the same object (an identity test) no longer proves the same value."""
+    module = import_source(SOURCE, tmp_path, "eq_in_place")
+    pair = (make(1), make(1))
+    kernel = module.make_eq(*pair)
+    scales_x(kernel, 2.0)
+    pair[changed].block = 2
+    scales_x(kernel, 3.0)
+    assert len(distinct_cached_ptx([kernel])) == 1  # (through the cache: the new fields' entry)
+    pair[changed].block = 1
+    scales_x(kernel, 2.0)
+
+
+def test_which_objects_are_compared_by_value_at_every_check() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Holder:
+        inner: object
+
+    assert not compared_by_value(Cfg(1)) and not compared_by_value(Holder(Cfg(1)))  # frozen all the way: identity
+    assert compared_by_value(Mutable(1)) and compared_by_value(types.SimpleNamespace(a=1))
+    assert compared_by_value(Holder(Mutable(1))) and compared_by_value(Holder([1])) and compared_by_value((Mutable(1),))
+    deep = Holder(None)
+    for _ in range(20):
+        deep = Holder(deep)
+    assert compared_by_value(deep)  # (deeper than the fingerprint reads fields: compared, never assumed unchanged)
