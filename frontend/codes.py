@@ -82,6 +82,7 @@ CODES: dict[str, str] = {
     "SP0251": "`sparsile check` found no kernel",
     "SP0252": "a descriptor, buffer or barrier where a value belongs",
     "SP0253": "language builtin called outside a kernel",
+    "SP0254": "value of a Python object no cache key holds",
     "SP0243": "imported .spk file not found",
     "SP0244": "unknown name in an imported .spk file",
     "SP0245": "circular import",

@@ -25,6 +25,7 @@ from ..spans import Span
 from ..syntax import ast as A
 from .constant_kinds import check_number_use, wrong_constant_help
 from .emitter import Emitter, describe
+from .keyed_values import keyed_truth
 from .scope import ReturnSignal, Scope, assigned_names
 from .values import POISON, Arg, Const, PoisonError, Unbound, is_untyped_number
 
@@ -116,7 +117,7 @@ class ControlFlowMixin:
     def if_stmt(self, s: A.If) -> ReturnSignal | None:
         cond = self.expr(s.test)
         if isinstance(cond, Const):
-            return self.block(s.body if cond.value else s.orelse)
+            return self.block(s.body if keyed_truth(cond, s.test.span) else s.orelse)
         if isinstance(cond, tuple):
             return self.block(s.body if cond else s.orelse)
         if not isinstance(cond, Value):
@@ -480,8 +481,7 @@ class ControlFlowMixin:
         try:
             cond = self.expr(s.test)
             if isinstance(cond, Const | tuple):
-                truth = bool(cond.value) if isinstance(cond, Const) else bool(cond)
-                if truth:
+                if keyed_truth(cond, s.test.span):
                     raise self.error("SP0238", "this `while` condition is always true, so the loop never ends",
                                      s.test.span, help="`break` is not supported: make the condition depend on a "
                                      "variable the loop updates")

@@ -28,6 +28,7 @@ from .captures import MISSING, annotation_resolver, python_annotation, python_de
 from .control import ControlFlowMixin
 from .expr import ExprMixin
 from .jit_globals import default_as_argument
+from .keyed_values import keyed_truth
 from .scope import ReturnSignal, Scope, assigned_names, ends_in_return
 from .type_ctors import annotation_help
 from .values import POISON, Arg, AssignedLater, Const, HelperFunction, PoisonError, UnreadableAnnotation
@@ -384,8 +385,7 @@ class Sema(ExprMixin, ControlFlowMixin):
             if isinstance(m, Const) and isinstance(m.value, str):
                 msg = m.value
         if isinstance(cond, Const | tuple):
-            truth = bool(cond.value) if isinstance(cond, Const) else bool(cond)
-            if not truth:
+            if not keyed_truth(cond, s.test.span):
                 raise self.error("SP0320", f"static assertion failed: {msg}", s.test.span)
             return
         em = self.emitter()

@@ -115,6 +115,25 @@ def fingerprint(obj: Any) -> tuple[Any, ...]:
         path.pop()
 
 
+def unkeyed_part(obj: Any, depth: int = 0) -> Any:
+    """The part of ``obj`` whose value its fingerprint does not hold, else None: an object keyed by
+    its type's name alone (an instance of your class, a NumPy array, a dict, a Python function),
+    found in ``obj`` itself, its elements or its fields; a dataclass instance whose ``==`` is
+    identity (``eq=False``) or whose fields nest too deep. A kernel folding that part's value
+    (``v == w``, ``float(v)``, ``len(v)``) would compile to code no key distinguishes."""
+    kind = type(obj)
+    if kind in _IMMUTABLE:
+        return None
+    if isinstance(obj, tuple | list):
+        return next((p for p in (unkeyed_part(x, depth) for x in obj) if p is not None), None)
+    fields = _field_values(obj)
+    if fields is not None:
+        if depth >= _MAX_FIELD_DEPTH or (kind is not pytypes.SimpleNamespace and kind.__eq__ is object.__eq__):
+            return obj
+        return next((p for p in (unkeyed_part(v, depth + 1) for _, v in fields) if p is not None), None)
+    return obj if fingerprint(obj)[0] in ("object", "function") else None
+
+
 def decimal_context() -> tuple[Any, ...]:
     """What of the thread's decimal context a Decimal's arithmetic in a kernel depends on (``v / 3``
     rounds to its precision, an untrapped division by zero gives Infinity, ``str(v)`` spells the
@@ -135,7 +154,7 @@ def _field_values(obj: Any) -> list[tuple[str, Any]] | None:
     other object."""
     if type(obj) is pytypes.SimpleNamespace:
         return sorted(vars(obj).items())
-    if dataclasses.is_dataclass(obj):
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):  # (an instance, not the class)
         return [(f.name, getattr(obj, f.name, MISSING)) for f in dataclasses.fields(obj)]
     return None
 

@@ -19,6 +19,7 @@ from ..syntax import ast as A
 from .constant_kinds import NUMERIC_UNARY, check_number_use, check_operands
 from .consts import NOT_CONSTANT, python_constant
 from .emitter import MAX_CONSTANT_BITS, ConstantTooLarge, Emitter, check_integer_constant, describe, fold_binary
+from .keyed_values import check_keyed, keyed_truth
 from .operand_help import membership_help
 from .typed_fold import fold_integer_power, fold_typed, is_integer_power, is_typed
 from .values import POISON, Arg, Const, PoisonError
@@ -50,9 +51,16 @@ class OperatorMixin:
             if op == "/" and isinstance(a.value, int) and isinstance(b.value, int):  # rule 6: as run-time integers
                 for c, sp in ((a, a_span), (b, b_span)):
                     check_integer_constant(c.value, sp, "integer `/`")
-            return self._fold(op, a.value, b.value, span)
+            folded = self._fold(op, a.value, b.value, span)
+            check_keyed(f"`{op}`", a, a_span)  # (`v == w` ran the objects' Python code: SP0329 first where it failed)
+            check_keyed(f"`{op}`", b, b_span)
+            return folded
         if isinstance(a, tuple) or isinstance(b, tuple):
-            return self._tuple_binop(op, a, b, span)
+            folded = self._tuple_binop(op, a, b, span)
+            if isinstance(folded, Const):  # (a comparison folded: `+` and `*` run no element's code)
+                check_keyed(f"`{op}`", a, a_span)
+                check_keyed(f"`{op}`", b, b_span)
+            return folded
         for v, sp in ((a, a_span), (b, b_span)):
             if not isinstance(v, Value | Const):
                 raise CompileError([Diagnostic("SP0329", f"`{op}` needs numbers or tiles, found {describe(v)}", sp)])
@@ -116,12 +124,16 @@ class OperatorMixin:
         if is_typed(v):
             return fold_typed(lambda em, xs: emit_unary(em, node.op, xs[0]), [Arg(v, node.operand.span)], node.span)
         if isinstance(v, Const):
+            if node.op == "not":
+                return Const(not keyed_truth(v, node.operand.span, "`not`"))
             try:
-                return Const({"-": lambda a: -a, "+": lambda a: +a, "~": _invert, "not": lambda a: not a}[node.op](
+                folded = Const({"-": lambda a: -a, "+": lambda a: +a, "~": _invert, "not": lambda a: not a}[node.op](
                     v.value))
             except (TypeError, ValueError):
                 msg = f"`{node.op}` is not defined on {v.value!r}"
                 raise CompileError([Diagnostic("SP0329", msg, node.span)]) from None
+            check_keyed(f"`{node.op}`", v, node.operand.span)
+            return folded
         if isinstance(v, tuple):
             if node.op == "not":
                 return Const(not v)
@@ -140,7 +152,7 @@ class OperatorMixin:
         for i, e in enumerate(node.values):
             if result is None or isinstance(result, Const | tuple):
                 v = self.expr(e)
-                truth = bool(v.value) if isinstance(v, Const) else bool(v) if isinstance(v, tuple) else None
+                truth = keyed_truth(v, e.span, f"`{node.op}`") if isinstance(v, Const | tuple) else None
                 if truth is None or result is None or (node.op == "and") == truth:
                     result, result_span = v, e.span  # a run-time operand, or a constant that does not decide
                 if truth is not None and (node.op == "and") != truth:
@@ -257,18 +269,21 @@ class OperatorMixin:
         x, y = val(a), val(b)
         if op in ("is", "is not"):
             same = x is y or ((x is None) == (y is None) and (x is None or x == y))
-            return Const(same if op == "is" else not same)
-        try:
-            inside = x in y
-        except TypeError:
-            msg = f"`{op}` needs a tuple on the right, found {y!r}"
-            raise CompileError([Diagnostic("SP0331", msg, span)]) from None
-        return Const(inside if op == "in" else not inside)
+        else:
+            try:
+                same = x in y
+            except TypeError:
+                msg = f"`{op}` needs a tuple on the right, found {y!r}"
+                raise CompileError([Diagnostic("SP0331", msg, span)]) from None
+        if not (op in ("is", "is not") and (x is None or y is None)):  # (`obj is None` runs no code of obj)
+            check_keyed(f"`{op}`", a, span)
+            check_keyed(f"`{op}`", b, span)
+        return Const(same if op in ("is", "in") else not same)
 
     def ifexp(self, node: A.IfExp) -> Any:
         c = self.expr(node.test)
         if isinstance(c, Const):
-            return self.expr(node.body if c.value else node.orelse)
+            return self.expr(node.body if keyed_truth(c, node.test.span) else node.orelse)
         a = self._evaluated_anyway(node.body, "this arm of `... if ... else ...`", node.test.span)
         b = self._evaluated_anyway(node.orelse, "this arm of `... if ... else ...`", node.test.span)
         if a is b:

@@ -1,0 +1,59 @@
+"""Compile-time uses of a Python object whose value no compile cache key holds (SP0254).
+
+A kernel folds the values it reads from Python (docs/language.md, "What a kernel captures"), and
+every cache of compiled code is keyed on their fingerprints (frontend/sema/fingerprints.py). An
+instance of your class, a NumPy array, a dict or a Python function is keyed by its type (on disk)
+and its identity (in the process): what a kernel reads from its attributes is keyed by value, but
+an operator, a truth test or a builtin that runs its Python code (``v == w``, ``if v:`` with a
+``__bool__``, ``float(v)``, ``len(v)``, ``v in t``) would fold a value that no key holds, and two
+processes (or one object changed in place) would share compiled code for other values. Such a use
+is refused at its source, with a help naming what to capture instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..diagnostics import CompileError, Diagnostic
+from ..spans import Span
+from .fingerprints import unkeyed_part
+from .values import Const
+
+HELP = ("a kernel keys such an object by its type: read the attributes it needs (`obj.name`, each keyed by "
+        "its value) or test `obj is None`; to fold a value, capture a number, string, tuple, dataclass "
+        "instance or SimpleNamespace instead, or pass it as a constexpr argument")
+
+
+def _unkeyed(value: Any) -> Any:
+    """The unkeyed part of a sema value (a constant, or a tuple of sema values), else None."""
+    if isinstance(value, Const):
+        return unkeyed_part(value.value)
+    if isinstance(value, tuple):
+        return next((p for p in map(_unkeyed, value) if p is not None), None)
+    return None
+
+
+def unkeyed_error(use: str, part: Any, span: Span) -> CompileError:
+    """SP0254: ``use`` (`` `==` ``, ``the condition``) needs the value of ``part``, at ``span``."""
+    return CompileError([Diagnostic(
+        "SP0254", f"{use} needs the value of a Python object of type `{type(part).__qualname__}`, which the "
+                  "compile cache cannot key", span, help=HELP)])
+
+
+def check_keyed(use: str, value: Any, span: Span) -> None:
+    """Raise :func:`unkeyed_error` when the sema value ``value`` holds an object no key holds the value of."""
+    part = _unkeyed(value)
+    if part is not None:
+        raise unkeyed_error(use, part, span)
+
+
+def keyed_truth(value: Any, span: Span, use: str = "the condition") -> bool:
+    """The truth value of a constant or a tuple (``if v:``): SP0254 when it runs the ``__bool__`` or
+    ``__len__`` of an object no key holds the value of (without either, such an object is true)."""
+    if isinstance(value, tuple):
+        return bool(value)  # (its length: no element's code runs)
+    v = value.value
+    part = unkeyed_part(v) if not isinstance(v, tuple | list) else None
+    if part is not None and (hasattr(type(part), "__bool__") or hasattr(type(part), "__len__")):
+        raise unkeyed_error(use, part, span)
+    return bool(v)
