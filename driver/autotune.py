@@ -33,7 +33,7 @@ from ..frontend.ir import types as T
 from ..frontend.sema.specialize import bind_arguments
 from .array_devices import launch_device, several_gpus
 from .autotune_arrays import hook_stream, launch_stream
-from .autotune_cache import TuningFile, identity_hash, key_string, load_table, table_choice, tuning_path
+from .autotune_cache import TuningFile, identity_hash, load_table, table_choice, tuning_path
 from .autotune_config import (
     ENV_AUTOTUNE,
     ENV_PRINT,
@@ -48,6 +48,7 @@ from .autotune_config import (
     printing_requested,
     tuning_enabled,
 )
+from .autotune_keys import key_string
 from .autotune_timing import TimingMixin
 from .grid import GridIndexer, no_grid, normalize_grid
 from .kernel import Kernel

@@ -1,4 +1,4 @@
-"""What the autotuner remembers: cache keys, the on-disk file of winners, shipped tables.
+"""What the autotuner remembers: the on-disk file of winners and shipped tables (its keys: autotune_keys.py).
 
 A tuned choice is stored per GPU name, key values (an array's shape and dtype), the dtypes of
 every array argument and the compiler version (docs/autotune.md). One JSON file per kernel and
@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +41,8 @@ try:
 except ImportError:  # not POSIX (Windows): the exclusive-create lock below
     fcntl = None  # type: ignore[assignment]
 
-import numpy as np
 
 from ..frontend.diagnostics import LaunchError
-from ..frontend.sema.constexpr_dtypes import dtype_constexpr
 
 FORMAT = "sparsile-autotune/1"
 TABLE_FORMAT = "sparsile-autotune-table/1"
@@ -77,53 +75,6 @@ def compiler_version() -> str:
     from .cache import compiler_version as version
 
     return version()
-
-
-def describe(value: Any) -> str:
-    """How one argument enters a cache key: an array by its shape and dtype, a scalar (a numpy
-    scalar or 0-d array too: ``np.int64(4096)`` is ``4096``, its dtype is among the key's dtypes)
-    and anything else by repr; a dtype constexpr however spelled (``np.float16``, ``np.dtype("float16")``)
-    as the language type it stands for (``sp.f16``'s repr: one specialization, one key)."""
-    if isinstance(value, type | np.dtype):  # (a NumPy type has `shape` and `dtype` attributes: no array)
-        dtype = dtype_constexpr(value)
-        return repr(value if dtype is None else dtype)
-    if not (hasattr(value, "shape") and hasattr(value, "dtype")):
-        return repr(value)
-    shape = array_shape(value)
-    if shape == () and hasattr(value, "item"):
-        return repr(value.item())
-    return f"{shape}:{dtype_name(value.dtype)}"
-
-
-def array_shape(value: Any) -> tuple[int, ...]:
-    """An array's shape; a ``DeviceBuffer`` made without one has a single dimension: its elements
-    (bytes where it has no dtype either)."""
-    if value.shape is None:
-        typed = getattr(value, "_typed_shape", None)
-        return tuple(typed()) if callable(typed) else (int(getattr(value, "nbytes", 0)),)
-    return tuple(int(s) for s in value.shape)
-
-
-def dtype_name(dtype: Any) -> str:
-    """``float16`` for numpy's, torch's (``torch.float16``) and cupy's dtypes alike."""
-    name = getattr(dtype, "name", None)
-    return str(name if isinstance(name, str) else dtype).removeprefix("torch.")
-
-
-def key_string(key: Sequence[str], bound: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> str:
-    """The cache key of one call: ``key``'s argument values, then the dtypes of every array
-    argument, then the kernel options the call gives, if any (``n=4096; dtypes: x=float32
-    out=float32; options: num_stages=2``)."""
-    parts = [f"{name}={describe(bound[name])}" for name in key]
-    dtypes = [f"{name}={dtype_name(v.dtype)}" for name, v in bound.items()
-              if hasattr(v, "dtype") and hasattr(v, "shape") and not isinstance(v, type)]
-    text = ", ".join(parts)
-    if dtypes:
-        text += ("; " if text else "") + "dtypes: " + " ".join(dtypes)
-    if options:
-        given = " ".join(f"{k}={describe(v)}" for k, v in sorted(options.items()))
-        text += ("; " if text else "") + "options: " + given
-    return text
 
 
 def identity_hash(*parts: Any) -> str:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import sparsile as sp
-from sparsile.driver import autotune_cache
+from sparsile.driver import autotune_cache, autotune_keys
 from sparsile.driver.autotune import Autotuner
 
 N = 300
@@ -521,8 +521,8 @@ def test_a_typed_device_buffer_without_a_shape_keys_by_its_size() -> None:
         b = DeviceBuffer.__new__(DeviceBuffer)  # no allocation: only what a key reads
         b.nbytes, b.dtype, b.shape = nbytes, dtype, None
         return b
-    assert autotune_cache.key_string(["x"], {"x": buffer(4096, "f32")}) == "x=(1024,):f32; dtypes: x=f32"
-    assert autotune_cache.key_string(["x"], {"x": buffer(4096, None)}) == "x=(4096,):None; dtypes: x=None"
+    assert autotune_keys.key_string(["x"], {"x": buffer(4096, "f32")}) == "x=(1024,):f32; dtypes: x=f32"
+    assert autotune_keys.key_string(["x"], {"x": buffer(4096, None)}) == "x=(4096,):None; dtypes: x=None"
 
 
 @pytest.mark.parametrize("make, code, message", [
@@ -747,3 +747,26 @@ def test_a_default_assigned_since_is_the_key_of_the_next_call() -> None:
         np.testing.assert_allclose(out, x.astype(np.float64) + 1, rtol=1e-6)
     assert sorted(tuner.cache) == ["Fake GPU|n=300, EXTRA=0; dtypes: x=float32 out=float32",
                                    "Fake GPU|n=300, EXTRA=64; dtypes: x=float32 out=float32"]
+
+
+def test_nans_of_other_payloads_and_signed_zeros_are_other_keys(tmp_path: Any) -> None:
+    """`a` in the key: `repr` is `nan` for every NaN, so NaNs of two payloads (which a kernel folds
+    into other constants) shared one tuning entry; the plain float("nan") keeps its spelling `nan`
+    (a shipped table's key)."""
+    import struct
+
+    def nan(payload: int) -> float:
+        return struct.unpack("<d", struct.pack("<Q", 0x7FF8_0000_0000_0000 | payload << 29))[0]
+
+    bench = FakeBench({64: 3.0, 128: 1.0, 256: 2.0})
+    tuner = sp.autotune([{"BLOCK": 64}, {"BLOCK": 128}, {"BLOCK": 256}], key=["n", "a"],
+                        benchmarker=bench)(_axpy_kernel())
+    x, out = _data()
+    for a in (nan(1), nan(2), float("nan"), -0.0, 0.0, (nan(1),)[0]):
+        tuner.choose(_grid, (x, out, N, a), {})
+    assert len(bench.calls) == 15
+    assert sorted(k.split("|")[1].split(";")[0] for k in tuner.cache) == [
+        "n=300, a=-0.0", "n=300, a=0.0", "n=300, a=nan", "n=300, a=nan(0x7ff8000020000000)",
+        "n=300, a=nan(0x7ff8000040000000)"]
+    assert autotune_keys.exact_repr((1.5, [nan(1)])) == "(1.5, [nan(0x7ff8000020000000)])"
+    assert autotune_keys.exact_repr((1.5, [2.0], (3,))) == repr((1.5, [2.0], (3,)))
