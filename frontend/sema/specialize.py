@@ -277,7 +277,16 @@ def _exact(value: Any) -> Any:
         return (kind, str(value.dtype), _exact(value.value))
     if isinstance(value, float | np.floating) or kind in ML_FLOAT_SCALARS:  # (bfloat16(-0.0) == bfloat16(0.0))
         return (kind, float_bits(value))
+    if kind is not int and kind is not str and isinstance(value, int | str):
+        return (kind, base_value(value))  # (`class Loose(int)` with an `__eq__` of its own: not by it)
     return (kind, value)
+
+
+def base_value(value: int | str) -> int | str:
+    """The ``int`` or ``str`` an instance of a subclass of either is, as a plain value: what the
+    kernel folds, whatever the subclass's own ``__eq__``, ``__hash__`` and ``__repr__`` say (an
+    enum member's value too)."""
+    return int.__int__(value) if isinstance(value, int) else str.__str__(value)
 
 
 def specialize_memo(kernel_name: str, params: list[ParamInfo], bound: dict[str, Any],
@@ -417,7 +426,12 @@ def _hashable(v: Any) -> Any:
         return ("Const", str(v.dtype), _hashable(v.value))
     if isinstance(v, float | np.floating):  # -0.0 is not 0.0 (x * -0.0), a NaN is one key (float_bits)
         return (type(v).__name__, float_bits(v).hex())
-    return (type(v).__name__, v)
+    kind = type(v)
+    if kind is not int and kind is not str and kind is not bool and isinstance(v, int | str):
+        # `class Size(int)`: by its class and plain value (the disk key is the repr of this key, and
+        # a subclass may spell itself, or compare, as it likes)
+        return (f"{kind.__module__}.{kind.__qualname__}", base_value(v))
+    return (kind.__name__, v)
 
 
 # ------------------------------------------------------------------------------------------------
