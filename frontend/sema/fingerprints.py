@@ -88,7 +88,7 @@ def fingerprint(obj: Any) -> tuple[Any, ...]:
         return ("value", f"{module}.{kind.__qualname__}", repr(tuple(obj.as_tuple())), decimal_context())
     base = next((b for b in _IMMUTABLE if isinstance(obj, b)), None)
     if base is not None:  # `class Size(int)`: the kernel folds its value (`x * v`, `v == "fast"`)
-        return ("value", f"{module}.{kind.__qualname__}", fingerprint(base(obj)))
+        return ("value", f"{module}.{kind.__qualname__}", fingerprint(_PLAIN.get(base, base)(obj)))
     if module.split(".")[0] == "sparsile" and module != "sparsile.driver.module":
         from ..ir import types as T
 
@@ -142,6 +142,10 @@ def decimal_context() -> tuple[Any, ...]:
     traps = sorted(t.__name__ for t, on in c.traps.items() if on)
     return ("decimal-context", c.prec, c.rounding, c.Emin, c.Emax, c.capitals, c.clamp, *traps)
 
+
+_PLAIN: dict[type, Any] = {int: int.__int__, float: float.__float__, str: str.__str__}
+"""The plain value of an instance of a subclass, whatever its own ``__int__`` / ``__float__`` /
+``__str__`` says (``str(v)`` of ``class Tag(str)`` with a ``__str__`` spelled every value alike)."""
 
 _fields_path = threading.local()
 _MAX_FIELD_DEPTH = 8

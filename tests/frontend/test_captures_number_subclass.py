@@ -34,6 +34,11 @@ class Mode(str):
     pass
 
 
+class Spelled(str):
+    def __str__(self):
+        return "spelled"
+
+
 def make_scaled(v):
     @sp.jit
     def k(x, out):
@@ -64,6 +69,7 @@ fresh_cache = cache_fixture.fresh_cache  # (an empty default compile cache: test
     ("Size", "make_scaled", (2, 3), (2.0, 3.0)),
     ("Scale", "make_scaled", (2.5, -0.0), (2.5, -0.0)),
     ("Mode", "make_mode", ("fast", "slow"), (2.0, 3.0)),
+    ("Spelled", "make_mode", ("fast", "slow"), (2.0, 3.0)),  # (keyed by the value, not by its own `__str__`)
 ])
 def test_a_captured_subclass_instance_keys_the_compile_cache_by_value(tmp_path, fresh_cache, cls, factory, values,
                                                                       scales) -> None:
@@ -81,4 +87,14 @@ def test_subclass_instances_are_fingerprinted_by_type_and_value() -> None:
 
     assert fingerprint(Size(2)) == fingerprint(Size(2)) != fingerprint(Size(3))
     assert fingerprint(Size(2)) != fingerprint(2)
+
+    class Counted(int):
+        def __int__(self):
+            return 1
+
+    class Spelled(str):
+        def __str__(self):
+            return "spelled"
+
+    assert fingerprint(Counted(2)) != fingerprint(Counted(3)) and fingerprint(Spelled("a")) != fingerprint(Spelled("b"))
     assert fingerprint(np.float64(2.0)) == ("value", "float64", "2.0")  # (NumPy's float64, a float: as before)
