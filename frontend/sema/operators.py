@@ -127,8 +127,7 @@ class OperatorMixin:
             if node.op == "not":
                 return Const(not keyed_truth(v, node.operand.span, "`not`"))
             try:
-                folded = Const({"-": lambda a: -a, "+": lambda a: +a, "~": _invert, "not": lambda a: not a}[node.op](
-                    v.value))
+                folded = Const({"-": lambda a: -a, "+": lambda a: +a, "~": _invert}[node.op](v.value))
             except (TypeError, ValueError):
                 msg = f"`{node.op}` is not defined on {v.value!r}"
                 raise CompileError([Diagnostic("SP0329", msg, node.span)]) from None
