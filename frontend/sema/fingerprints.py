@@ -126,12 +126,17 @@ def unkeyed_part(obj: Any, depth: int = 0) -> Any:
         return None
     if isinstance(obj, tuple | list):
         return next((p for p in (unkeyed_part(x, depth) for x in obj) if p is not None), None)
+    if (getattr(kind, "__module__", "") or "").startswith("sparsile.frontend"):
+        return None  # the language's own objects (types, builtins, namespaces): what their key names
     fields = _field_values(obj)
     if fields is not None:
         if depth >= _MAX_FIELD_DEPTH or (kind is not pytypes.SimpleNamespace and kind.__eq__ is object.__eq__):
             return obj
         return next((p for p in (unkeyed_part(v, depth + 1) for _, v in fields) if p is not None), None)
-    return obj if fingerprint(obj)[0] in ("object", "function") else None
+    kind_of_key = fingerprint(obj)[0]
+    if kind_of_key == "sparsile":  # (a launcher's, an autotuner's objects are keyed by their name or repr only)
+        return obj
+    return obj if kind_of_key in ("object", "function") else None
 
 
 def decimal_context() -> tuple[Any, ...]:

@@ -165,9 +165,11 @@ def test_the_unkeyed_part_of_a_value() -> None:
 
     o = Opaque()
     for keyed in (1, 2.5, "s", None, (1, (2.0,)), [1], Fraction(1, 3), Decimal("1.5"), np.float32(1.5), np.int8(3),
-                  sp.f32, np.dtype(np.float16), Cfg(1), types.SimpleNamespace(a=Cfg((1, 2))), Opaque):
+                  sp.f32, sp.f32(1.5), sp.ptr[sp.f16], np.dtype(np.float16), Cfg(1),
+                  types.SimpleNamespace(a=Cfg((1, 2))), Opaque):
         assert unkeyed_part(keyed) is None, keyed
     for value, part in ((o, o), ((1, o), o), ([o], o), (Cfg(o), o), (types.SimpleNamespace(a=(o,)), o),
-                        (ById(1), None), (np.zeros(2), None), ({"a": 1}, None), (len, None), (lambda: 0, None)):
+                        (ById(1), None), (np.zeros(2), None), ({"a": 1}, None), (len, None), (lambda: 0, None),
+                        (sp.Config({"BLOCK": 64}), None)):  # (a sparsile object of the host side: keyed by repr)
         found = unkeyed_part(value)
         assert found is (value if part is None else part), value
