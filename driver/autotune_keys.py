@@ -5,6 +5,7 @@ shipped table's row are found by it (docs/autotune.md)."""
 
 from __future__ import annotations
 
+import enum
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -33,17 +34,27 @@ def describe(value: Any) -> str:
 
 
 _CANONICAL_NAN = struct.pack("<d", float("nan"))
+_PLAIN: dict[type, Any] = {bool: bool, int: int.__int__, float: float.__float__, str: str.__str__}
+"""The plain value of an instance of a subclass of each (``bool`` has none)."""
+_SPELLED = (bool, int, str, type(None))
+"""Types whose ``repr`` is their key, inside a tuple too."""
 
 
 def exact_repr(value: Any) -> str:
     """``repr(value)``, except that a NaN whose bits are not ``float("nan")``'s is ``nan(0x...)``
     with its f64 bits, alone or in a tuple or list: ``repr`` is ``nan`` for every payload and sign,
     and a kernel folds the payload (a key of the tuning cache is then one per NaN the code differs
-    for; the plain ``nan`` stays spelled as before, as in a shipped table)."""
+    for; the plain ``nan`` stays spelled as before, as in a shipped table), and that an instance of
+    a subclass of ``int``, ``float`` or ``str`` (no enum member) is ``Size(4096)``, its class and
+    plain value, whatever its own ``__repr__`` says."""
+    kind = type(value)
+    if kind not in _PLAIN and isinstance(value, int | float | str) and not isinstance(value, enum.Enum):
+        base = next(b for b in _PLAIN if isinstance(value, b))
+        return f"{kind.__name__}({exact_repr(_PLAIN[base](value))})"
     if isinstance(value, float) and value != value:
         bits = struct.pack("<d", value)
         return "nan" if bits == _CANONICAL_NAN else f"nan(0x{bits[::-1].hex()})"
-    if type(value) in (tuple, list) and any(isinstance(v, float | tuple | list) for v in value):
+    if kind in (tuple, list) and any(type(v) not in _SPELLED for v in value):
         items = [exact_repr(v) for v in value]
         if type(value) is list:
             return f"[{', '.join(items)}]"

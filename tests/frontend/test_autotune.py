@@ -770,3 +770,21 @@ def test_nans_of_other_payloads_and_signed_zeros_are_other_keys(tmp_path: Any) -
         "n=300, a=nan(0x7ff8000040000000)"]
     assert autotune_keys.exact_repr((1.5, [nan(1)])) == "(1.5, [nan(0x7ff8000020000000)])"
     assert autotune_keys.exact_repr((1.5, [2.0], (3,))) == repr((1.5, [2.0], (3,)))
+
+
+def test_a_subclass_value_with_its_own_repr_is_keyed_by_its_plain_value() -> None:
+    """`class Size(int)` spelled `Size` gave every n one tuning entry (the winner for one size
+    launched for all)."""
+    import enum
+
+    class Size(int):
+        def __repr__(self) -> str:
+            return "Size"
+
+    class Mode(enum.IntEnum):
+        FAST = 1
+
+    keys = {autotune_keys.key_string(["n"], {"n": Size(v)}) for v in (2, 3)}
+    assert keys == {"n=Size(2)", "n=Size(3)"}
+    assert autotune_keys.key_string(["n"], {"n": (Size(2), 4)}) == "n=(Size(2), 4)"
+    assert autotune_keys.key_string(["n"], {"n": Mode.FAST}) == "n=<Mode.FAST: 1>"  # (an enum member: its repr)
