@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .annotation_scope import AnnotationNames, keeps_annotations_as_text
-from .fingerprints import MISSING, compared_by_value, fingerprint
+from .fingerprints import MISSING, compared_by_value, fields_may_change, fingerprint
 from .values import EmptyClosureCell
 
 _state = threading.local()
@@ -47,7 +47,7 @@ class _Read:
     __slots__ = ("by_value", "cell", "fetch", "fp", "globs", "ident", "obj", "where")
 
     def __init__(self, fetch: Callable[[], Any], where: tuple[Any, ...], obj: Any,
-                 globs: dict[str, Any] | None = None, cell: Any = None):
+                 globs: dict[str, Any] | None = None, cell: Any = None, by_value: bool = False):
         self.ident: tuple[Any, ...] = ()
         self.globs = globs  # the dict read (a module's, or a function's annotations): checked inline by name
         self.cell = cell  # the closure cell read: checked inline too
@@ -55,7 +55,7 @@ class _Read:
         self.where = where
         self.obj = obj
         self.fp = fingerprint(obj)
-        self.by_value = compared_by_value(obj)
+        self.by_value = by_value or compared_by_value(obj)
 
     def unchanged(self) -> bool:
         now = self.fetch()
@@ -173,6 +173,8 @@ def _describe(where: tuple[Any, ...]) -> str:
         return f"the keyword-only parameter defaults of `{where[1]}`"
     if kind == "annotation":
         return f"the annotation of parameter `{where[2]}` of `{where[1]}`"
+    if kind == "folded":
+        return f"the fields of a {where[1][1]} the kernel compared"
     return f"attribute `{where[2]}` of {where[1][0]} {where[1][1]}"
 
 
@@ -217,6 +219,15 @@ def note_attribute(base: Any, attr: str, value: Any) -> None:
     if getattr(_state, "stack", None):
         _note(("attr", id(base), attr), lambda: _Read(_attr_fetch(base, attr), ("attr", fingerprint(base)[:2], attr),
                                                       value))
+
+
+def note_folded(obj: Any) -> None:
+    """Record that a kernel folded the value of ``obj``, a ``SimpleNamespace`` or dataclass instance
+    whose fields may change in place (``cfg == FAST``): its fields are compared at every check, not
+    its identity (a kernel that only reads ``cfg.block`` keeps the identity test of its reads)."""
+    if getattr(_state, "stack", None) and fields_may_change(obj):
+        _note(("folded", id(obj)), lambda: _Read(lambda: obj, ("folded", fingerprint(obj)[:2], ""), obj,
+                                                 by_value=True))
 
 
 def _attr_fetch(base: Any, attr: str) -> Callable[[], Any]:

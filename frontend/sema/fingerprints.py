@@ -168,18 +168,27 @@ def _field_values(obj: Any) -> list[tuple[str, Any]] | None:
     return None
 
 
-def compared_by_value(obj: Any, depth: int = 0) -> bool:
-    """Whether an unchanged identity does not prove an unchanged value: a list, a ``SimpleNamespace``
-    or a dataclass instance that is not frozen may be changed in place (``cfg.block = 2``, which
-    ``cfg == FAST`` compares), and so may a tuple or frozen dataclass instance holding one."""
+def compared_by_value(obj: Any) -> bool:
+    """Whether an unchanged identity does not prove an unchanged value (a list, or a tuple holding
+    one, may be changed in place; a Decimal's key holds the thread's decimal context). An object with
+    fields changed in place is noticed where a kernel folds its value (:func:`fields_may_change`)."""
     kind = type(obj)
-    if kind is list or isinstance(obj, decimal.Decimal):  # (a Decimal's key holds the decimal context)
+    if kind is list or isinstance(obj, decimal.Decimal):
         return True
     if isinstance(obj, tuple):  # (named tuples too)
-        return any(compared_by_value(x, depth) for x in obj)
+        return any(compared_by_value(x) for x in obj)
+    return False
+
+
+def fields_may_change(obj: Any, depth: int = 0) -> bool:
+    """Whether ``obj`` is a ``SimpleNamespace`` or a dataclass instance whose fields may change in
+    place (``cfg.block = 2``, which ``cfg == FAST`` compares): one that is not frozen, or a frozen
+    one holding such an object or a list (or nested deeper than its fingerprint reads)."""
     fields = _field_values(obj)
     if fields is None:
         return False
+    kind = type(obj)
     if kind is pytypes.SimpleNamespace or not kind.__dataclass_params__.frozen or depth >= _MAX_FIELD_DEPTH:
         return True
-    return any(compared_by_value(v, depth + 1) for _, v in fields)
+    return any(type(v) is list or (isinstance(v, tuple) and any(fields_may_change(x, depth + 1) for x in v))
+               or fields_may_change(v, depth + 1) for _, v in fields)

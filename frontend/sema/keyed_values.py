@@ -16,12 +16,25 @@ from typing import Any
 
 from ..diagnostics import CompileError, Diagnostic
 from ..spans import Span
+from .captures import note_folded
 from .fingerprints import unkeyed_part
 from .values import Const
 
 HELP = ("a kernel keys such an object by its type: read the attributes it needs (`obj.name`, each keyed by "
         "its value) or test `obj is None`; to fold a value, capture a number, string, tuple, dataclass "
         "instance or SimpleNamespace instead, or pass it as a constexpr argument")
+
+
+def _note_folded(value: Any) -> None:
+    """Each object with fields in the sema value ``value`` (a constant, a tuple of sema values) is
+    recorded as folded (captures.note_folded): changed in place, it recompiles."""
+    if isinstance(value, Const):
+        value = value.value
+    if isinstance(value, tuple | list):
+        for x in value:
+            _note_folded(x)
+    else:
+        note_folded(value)
 
 
 def _unkeyed(value: Any) -> Any:
@@ -45,6 +58,7 @@ def check_keyed(use: str, value: Any, span: Span) -> None:
     part = _unkeyed(value)
     if part is not None:
         raise unkeyed_error(use, part, span)
+    _note_folded(value)
 
 
 def keyed_truth(value: Any, span: Span, use: str = "the condition") -> bool:
@@ -56,4 +70,5 @@ def keyed_truth(value: Any, span: Span, use: str = "the condition") -> bool:
     part = unkeyed_part(v) if not isinstance(v, tuple | list) else None
     if part is not None and (hasattr(type(part), "__bool__") or hasattr(type(part), "__len__")):
         raise unkeyed_error(use, part, span)
+    note_folded(v)  # (a dataclass's own `__bool__` reads its fields)
     return bool(v)

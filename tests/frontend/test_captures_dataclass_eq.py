@@ -13,9 +13,10 @@ from __future__ import annotations
 import dataclasses
 import types
 
+import numpy as np
 import pytest
 
-from sparsile.frontend.sema.fingerprints import compared_by_value, fingerprint
+from sparsile.frontend.sema.fingerprints import fields_may_change, fingerprint
 from sparsile.tests.support import cache_fixture
 from sparsile.tests.support.capture_cache import distinct_cached_ptx, scales_x
 from sparsile.tests.support.jit_source import import_source
@@ -107,15 +108,45 @@ def test_an_object_changed_in_place_is_compared_anew_in_the_process(tmp_path, fr
     scales_x(kernel, 2.0)
 
 
-def test_which_objects_are_compared_by_value_at_every_check() -> None:
+def test_which_objects_are_compared_by_their_fields_where_a_kernel_folds_them() -> None:
     @dataclasses.dataclass(frozen=True)
     class Holder:
         inner: object
 
-    assert not compared_by_value(Cfg(1)) and not compared_by_value(Holder(Cfg(1)))  # frozen all the way: identity
-    assert compared_by_value(Mutable(1)) and compared_by_value(types.SimpleNamespace(a=1))
-    assert compared_by_value(Holder(Mutable(1))) and compared_by_value(Holder([1])) and compared_by_value((Mutable(1),))
+    assert not fields_may_change(Cfg(1)) and not fields_may_change(Holder(Cfg(1)))  # frozen all the way: identity
+    assert fields_may_change(Mutable(1)) and fields_may_change(types.SimpleNamespace(a=1))
+    assert fields_may_change(Holder(Mutable(1))) and fields_may_change(Holder([1]))
+    assert fields_may_change(Holder((1, Mutable(1)))) and not fields_may_change(Holder((1, Cfg(2))))
+    assert not fields_may_change((Mutable(1),)) and not fields_may_change([1])  # (no fields: a list is compared anyway)
     deep = Holder(None)
     for _ in range(20):
         deep = Holder(deep)
-    assert compared_by_value(deep)  # (deeper than the fingerprint reads fields: compared, never assumed unchanged)
+    assert fields_may_change(deep)  # (deeper than the fingerprint reads fields: compared, never assumed unchanged)
+
+
+ATTRIBUTE_ONLY = '''
+import sparsile as sp
+
+
+def make_attr(cfg):
+    @sp.jit
+    def k(x, out):
+        i = sp.arange(0, 8)
+        sp.store(out + i, sp.load(x + i) * cfg.scale)
+
+    return k
+'''
+
+
+def test_a_kernel_reading_attributes_only_keeps_the_identity_test_of_the_object(tmp_path) -> None:
+    """(the fields compared at every launch only where the kernel folded the object: `cfg.scale`
+    alone is its own read, checked by identity of the float, and cfg by identity)"""
+    kernel = import_source(ATTRIBUTE_ONLY, tmp_path, "attr_only").make_attr(types.SimpleNamespace(scale=1.5))
+    scales_x(kernel, 1.5)
+    x, out = np.ones(8, np.float32), np.ones(8, np.float32)
+    _, bindings, key = kernel.bind((x, out), {})
+    reads = kernel.ir_entry(bindings, key)[1].reads
+    assert reads and not any(r.by_value for r in reads)
+    eq = import_source(SOURCE, tmp_path, "eq_reads").make_eq(Mutable(1), Mutable(1))
+    _, bindings, key = eq.bind((x, out), {})
+    assert [r.where[0] for r in eq.ir_entry(bindings, key)[1].reads if r.by_value] == ["folded", "folded"]
