@@ -13,8 +13,10 @@ or ``str`` by its class and value; a ``fractions.Fraction`` by its numerator and
 arithmetic rounds in); modules and classes by name; ``@jit`` kernels
 and ``.spk`` helpers by their source text (and the text of each ``.spk`` module their module
 imports); any other object by identity in the process and its type's name on disk (a dataclass
-instance's or ``SimpleNamespace``'s fields too: ``cfg == FAST`` compares them), together with
-each attribute a kernel reads from it.
+instance's or ``SimpleNamespace``'s fields too: ``cfg == FAST`` compares them, and where a kernel
+folds such an object's value its fields are compared at every check), together with each
+attribute a kernel reads from it. Folding the value of an object keyed by its type alone is
+refused (:func:`unkeyed_part`; SP0254, frontend/sema/keyed_values.py).
 """
 
 from __future__ import annotations
