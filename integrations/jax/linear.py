@@ -39,6 +39,7 @@ from ...stdlib.kernels.arrays import check_split_k
 from ...stdlib.kernels.gemm import choose_split_k, pair_ctas
 from ...stdlib.kernels.linear_plan import SparseLinearPlan
 from ...stdlib.sparsity.dtypes import operand_type
+from ...stdlib.sparsity.errors import SparsityError
 from ...stdlib.sparsity.formats import decompress, metadata_shape
 from ...stdlib.sparsity.hostarray import checked_flag
 from .call import call, check_concrete
@@ -289,6 +290,20 @@ def sparse_linear(x: Any, values: Any, meta: Any, bias: Any = None, *, activatio
     return run(x, values, meta, bias, scale_x, scale_w)
 
 
+def _check_options(activation: Any, out_dtype: Any) -> None:
+    """SP0850 for an ``activation`` the tiled kernels do not fuse or an ``out_dtype`` sparse_linear
+    has no output of, located at the user's line (where a :class:`SparseLinear` is made: its
+    constructor, ``from_dense``, ``dataclasses.replace``). ``sparse_linear`` checks them again at the
+    call (a layer whose fields were set another way). A dict lookup or two: cheap enough for the
+    constructor call of every pytree unflatten."""
+    try:
+        L.activation_name(activation, L.TILED_ACTIVATIONS)
+        if out_dtype is not None:
+            L.linear_out_dtype(out_dtype, None)  # (x only names y's type where out_dtype is None)
+    except SparsityError as e:
+        raise JaxCallError(e.code, e.message, help=e.help) from None
+
+
 def _check_concrete(*operands: Any) -> None:
     """SP0932 for an operand of symbolic shape (``jax.export`` with shape polymorphism): the launch
     plan is made for the shapes at trace time (it failed inside the plan, as jax's
@@ -413,7 +428,9 @@ class SparseLinear:
                    None if bias is None else jnp.asarray(bias), **options)
 
     def __post_init__(self) -> None:
-        # (also run when jax rebuilds the pytree: only the static in_features and a MetadataBuffer are touched)
+        # (also run when jax rebuilds the pytree: only the static fields and a MetadataBuffer are touched,
+        # and the static fields jax rebuilds with are those a constructor checked)
+        _check_options(self.activation, self.out_dtype)
         meta, in_features = _untagged(self.meta, self.values, _in_features(self.in_features))
         object.__setattr__(self, "meta", meta)
         object.__setattr__(self, "in_features", in_features)
