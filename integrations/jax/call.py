@@ -25,6 +25,7 @@ The plan a call builds is :class:`~.plan.CallPlan` (:mod:`.plan`), the primitive
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -35,7 +36,7 @@ import numpy as np
 from ...driver.grid import grid_meta, normalize_grid
 from ...driver.kernel import Kernel
 from ...driver.kernel_options import KERNEL_OPTIONS
-from ...frontend.diagnostics import LaunchError
+from ...frontend.diagnostics import CompileError, LaunchError, Severity
 from ...frontend.interp.host_arrays import stored_params
 from ...frontend.ir import types as T
 from ...frontend.ir.scalar_range import check_float_fits
@@ -263,6 +264,7 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
     operands: list[Any] = []
     sources: list[tuple[str, str, Any]] = []
     stand: dict[str, Any] = {}
+    zero_d: list[str] = []  # unannotated parameters given a 0-d array (jax, numpy, traced)
     for name, value in given.items():
         p = params.get(name)
         if p is None:
@@ -271,8 +273,7 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
         if type(value).__name__ == "MetadataBuffer":  # tagged metadata: checked against a meta[T] parameter
             value = check_metadata_argument(name, p.annotation, value)
         array = _is_traced(value) or isinstance(value, np.ndarray)
-        if array and (p.annotation is T.CONSTEXPR or isinstance(p.annotation, T.ScalarType) or
-                      (p.annotation is None and np.ndim(value) == 0 and _is_traced(value))):
+        if array and (p.annotation is T.CONSTEXPR or isinstance(p.annotation, T.ScalarType)):
             what = "constexpr" if p.annotation is T.CONSTEXPR else "scalar"
             kind = "traced" if isinstance(value, jax.core.Tracer) else "jax" if _is_traced(value) else "numpy"
             raise JaxCallError(SP_JAX_ARGUMENT, f"`{name}` is a {what} parameter of `{kernel.name}`, but got a "
@@ -281,6 +282,8 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
                                     "(part of the compiled program); pass data as a pointer parameter")
         if array:
             check_concrete(name, np.shape(value))
+            if p.annotation is None and np.ndim(value) == 0:  # (an array, as kernel[grid] takes np.array(3))
+                zero_d.append(name)
             if isinstance(value, np.ndarray):  # the buffer JAX makes of it: 32-bit for float64 / int64 without x64
                 with contextlib.suppress(TypeError):  # (a type JAX holds no buffer of: SP0708 below)
                     value = jax.numpy.asarray(value)
@@ -314,7 +317,7 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
     for p in kernel.params:  # defaults (scalars, constexprs) the call left out are passed as bound
         if p.name not in given and p.name not in out_keys:
             sources.append((p.name, "value", bound[p.name]))
-    func = kernel.ir_for(bindings, key)
+    func = _ir_for(kernel, bindings, key, zero_d)
     _check_scalars(func, sources)
     captures = kernel.captures_for(bindings, key)  # (cached with func: the values it was built with)
     written = stored_params(func)
@@ -340,6 +343,29 @@ def call(kernel: Kernel, grid: Any, *args: Any, out_shapes: Any, constexprs: Map
     if form == "mapping":
         return dict(zip(out_keys, results))
     return tuple(results)
+
+
+ZERO_D_NOTE = ("`{name}` was given a 0-d array, which a kernel takes as a one-element array (a pointer), as "
+               "kernel[grid] does; pass a Python number for a scalar (under jax.jit, a static argument: "
+               "static_argnums, static_argnames or a closure)")
+"""The note a type error (SP03xx) gets for each unannotated parameter that was given a 0-d array."""
+
+
+def _ir_for(kernel: Kernel, bindings: dict[str, Any], key: tuple, zero_d: list[str]) -> Any:
+    """``kernel.ir_for(bindings, key)``; a type error (SP03xx, e.g. SP0310 of ``offs < n``) of a kernel
+    whose unannotated parameters ``zero_d`` were given 0-d arrays gets :data:`ZERO_D_NOTE` for each:
+    a jax.jit argument meant as a number arrives traced, a 0-d array (docs/jax.md)."""
+    try:
+        return kernel.ir_for(bindings, key)
+    except CompileError as exc:
+        errors = [i for i, d in enumerate(exc.diagnostics) if d.severity is Severity.ERROR]
+        if not zero_d or not errors or not exc.diagnostics[errors[0]].code.startswith("SP03"):
+            raise
+        diagnostics = list(exc.diagnostics)
+        first = diagnostics[errors[0]]
+        notes = tuple(ZERO_D_NOTE.format(name=name) for name in zero_d)
+        diagnostics[errors[0]] = dataclasses.replace(first, notes=first.notes + notes)
+        raise CompileError(diagnostics) from None
 
 
 def _describe(plan: CallPlan, operands: list[Any], structs: list[Any]) -> str:
