@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .values import Const
 
 _EXAMPLE_ELEMENTS = 3
-"""How many elements of the right-hand tuple the ``==`` example of ``in`` spells out."""
+"""How many elements of the right-hand tuple the ``==`` example of ``in`` (and of a captured array,
+the tuple example of SP0333) spells out."""
 
 
 def membership_help(op: str, left: str, right: Any) -> str:
@@ -36,9 +39,22 @@ def membership_help(op: str, left: str, right: Any) -> str:
 def subscript_help(base: Any, name: str | None, key: str) -> str | None:
     """The help of SP0333 for ``name[key]`` indexing the Python object ``base`` (``name`` is None
     for an expression, ``key`` the index's text), or None where there is none to give."""
+    if isinstance(base, np.ndarray):
+        return _array_help(base, name or "TABLE")
     if not isinstance(base, dict):
         return None
     d = name or "D"
     return (f"a kernel cannot index a dict (it reads numbers, strings, tuples, lists, dtypes and the attributes of "
             f"Python objects): bind the entry to a module constant (`VALUE = {d}[{key}]`) and read that, or make "
             f"the dict an object whose attributes the kernel reads (`types.SimpleNamespace(**{d})`)")
+
+
+def _array_help(array: np.ndarray, name: str) -> str:
+    """The help of SP0333 for ``name[...]`` indexing a captured NumPy array: a kernel folds a captured
+    tuple's elements (keyed by value) but reads no array it captures; the tuple spelled with the
+    array's first elements."""
+    head = [repr(v) for v in array.ravel()[:_EXAMPLE_ELEMENTS].tolist()]
+    more = ", ..." if array.size > _EXAMPLE_ELEMENTS else "," if array.size == 1 else ""
+    return (f"a kernel does not read the elements of an array it captures: capture a tuple and index it by a "
+            f"constant (`{name} = ({', '.join(head)}{more})`), or pass the array as a pointer argument and load it "
+            f"(`sp.load({name.lower()} + i)`)")
