@@ -491,6 +491,18 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
     ;;
+a66s)  # a66 within a short budget: on an H200 issue 12's rows alone (three passes); elsewhere a66's two GPU steps
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        run 300 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+            --passes 3 --json "$out/linear-passes-66.json"
+    else
+        run 190 python -m pytest -q -m gpu -n 8 --timeout 150 -rfEs --dist worksteal --junitxml="$out/junit-a66.xml" \
+            tests/frontend tests/stdlib/test_out_aliasing.py "tests/stdlib/test_decode_api.py::test_gpu_pdl_reads_what_the_previous_kernel_wrote" \
+            tests/gpu/test_byte_order_gpu.py tests/stdlib/test_dense_operand_types.py tests/gpu/test_jax_gpu.py
+        run 120 python -m pytest -q -m gpu -n 8 --timeout 100 -rfEs --dist worksteal --junitxml="$out/junit-a66b.xml" \
+            tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_kept_launches_gpu.py tests/gpu/test_torch_linear_gpu.py
+    fi
+    ;;
 a66)  # the fifty-seventh session's first call: on an H200 issue 12's acceptance (three passes) first; then what the
      # fifty-sixth session left unrun on a GPU (the autotune key after a default change, typed constants from NumPy
      # numbers, cachekey56's compile-cache keys in tests/frontend, a65's last decode-API case) and this session's
