@@ -567,7 +567,7 @@ def test_llama_fused_model_decodes_on_cpu(monkeypatch, tmp_path, capsys):
     eagerly through the static cache, its tokens equal an eager decode's and its logits pass the bf16
     check."""
     _tiny_llama_on_cpu(monkeypatch)
-    from sparsile.integrations.torch.fuse import fused_group_of
+    from sparsile.integrations.torch.projection_group import fused_group_of
     from sparsile.torch import sparsify_
 
     monkeypatch.setattr(bll, "sparsify_sparsile",

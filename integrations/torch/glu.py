@@ -45,7 +45,7 @@ from .gate import gate_activation
 from .linear import SparseLinear, tensors_of, tracing
 
 if TYPE_CHECKING:
-    from .fuse import ProjectionGroup
+    from .projection_group import ProjectionGroup
 
 MLP_NAMES = ("gate_proj", "up_proj")
 """The projection group whose fusion may take the gated activation, in this order (the fused rows:

@@ -142,7 +142,7 @@ def tracing(x: Any) -> bool:
 
 def sync_records(values: torch.Tensor, own: RecordCache, fused: Any = None) -> int:
     """``RecordCache.sync`` of the weight in ``values``' memory in a layer's ``own`` cache, the
-    custom op's, and a fused group's layers' (``fused``: a member's ``(group, index)``, fuse.py); how many
+    custom op's, and a fused group's layers' (``fused``: a member's ``(group, index)``, projection_group.py); how many
     captured records still read copies from before (see ``sync``)."""
     from .ops import RECORDS  # (ops imports this module)
 
@@ -330,7 +330,7 @@ class SparseLinear(nn.Module):
         self.__dict__["_last"] = None
         sync_records(self.values, self.__dict__["_records"], self.__dict__.get("_fused"))
         self.__dict__["_weight"] = None
-        fused = self.__dict__.get("_fused")  # a group of fuse_projections_ (fuse.py): re-verified on its next run
+        fused = self.__dict__.get("_fused")  # a fuse_projections_ group (projection_group.py): verified at its next run
         if fused is not None:
             fused[0].invalidate()
 
@@ -449,7 +449,7 @@ class SparseLinear(nn.Module):
         """The forward of an eager call (no tracer: :func:`tracing` is False)."""
         d = self.__dict__
         fused = d.get("_fused")
-        if fused is not None:  # fuse_projections_: one launch for this layer and its siblings (fuse.py)
+        if fused is not None:  # fuse_projections_: one launch for this layer and its siblings (projection_group.py)
             return fused[0].run(fused[1], x)
         b = d["_buffers"]
         if d["_parameters"] or d["_modules"]:  # (inline: no call on the usual path) a tensor made an

@@ -1,4 +1,4 @@
-"""The weights of a released ``fuse_projections_`` group's members made their own (fuse.py,
+"""The weights of a released ``fuse_projections_`` group's members made their own (projection_group.py,
 ``ProjectionGroup.release``).
 
 A fused group's members hold row views of the fused buffers, which share one version counter: a write

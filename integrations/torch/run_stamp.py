@@ -1,4 +1,4 @@
-"""The stamp of a fused run of ``fuse_projections_`` (fuse.py): what the run's outputs depend on
+"""The stamp of a fused run of ``fuse_projections_`` (projection_group.py): what the run's outputs depend on
 besides x's identity and version, compared before a sibling is served columns of that run."""
 
 from __future__ import annotations

@@ -167,7 +167,7 @@ class Block(torch.nn.Module):
 
 
 def _fused_block():
-    from sparsile.integrations.torch.fuse import fused_group_of
+    from sparsile.integrations.torch.projection_group import fused_group_of
 
     block = Block()
     assert spt.fuse_projections_(block).fused

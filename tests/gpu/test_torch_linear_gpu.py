@@ -329,7 +329,7 @@ def test_fused_projections_of_a_small_llama_under_a_cuda_graph(tokens):
     tolerance (at most twice the dense bf16 model's distance to a float32 copy of the pruned model)."""
     import copy
 
-    from sparsile.integrations.torch.fuse import fused_group_of
+    from sparsile.integrations.torch.projection_group import fused_group_of
 
     model = small_cuda_llama()
     dense = copy.deepcopy(model)

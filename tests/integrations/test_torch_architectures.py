@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 spt = pytest.importorskip("sparsile.torch")
 
-from sparsile.integrations.torch.fuse import fused_group_of  # noqa: E402
+from sparsile.integrations.torch.projection_group import fused_group_of  # noqa: E402
 
 SMALL = dict(vocab_size=61, hidden_size=64, num_hidden_layers=2, bos_token_id=None, eos_token_id=None,
              pad_token_id=None)

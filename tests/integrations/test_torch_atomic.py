@@ -18,7 +18,8 @@ torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
 
 from sparsile.integrations.torch import fuse as fuse_module  # noqa: E402
-from sparsile.integrations.torch.fuse import fused_group_of  # noqa: E402
+from sparsile.integrations.torch import group_build  # noqa: E402
+from sparsile.integrations.torch.projection_group import fused_group_of  # noqa: E402
 
 
 class Snapshot:
@@ -176,7 +177,7 @@ def test_sparsify_fuse_failing_leaves_the_model_as_it_was(monkeypatch):
     every linear swapped and the first group fused."""
     model = _Logits(tiny_llama(2))
     snap = Snapshot(model, _tokens())
-    monkeypatch.setattr(fuse_module, "fused_buffers", _failing_on(2)(fuse_module.fused_buffers))
+    monkeypatch.setattr(group_build, "fused_buffers", _failing_on(2)(group_build.fused_buffers))
     with pytest.raises(torch.OutOfMemoryError, match="simulated"):
         spt.sparsify_(model, interpret=True, min_features=16, fuse=True)
     snap.assert_unchanged()
@@ -206,7 +207,7 @@ def test_fuse_a_group_failing_to_build_leaves_the_model_as_it_was(monkeypatch):
     its group was fused: fusing takes the memory of one group at a time)."""
     model = _sparse_llama()
     snap = Snapshot(model, _tokens())
-    monkeypatch.setattr(fuse_module, "fused_buffers", _failing_on(3)(fuse_module.fused_buffers))
+    monkeypatch.setattr(group_build, "fused_buffers", _failing_on(3)(group_build.fused_buffers))
     with pytest.raises(torch.OutOfMemoryError, match="simulated"):
         spt.fuse_projections_(model)
     snap.assert_unchanged(views=_members(model, [0]))

@@ -992,7 +992,7 @@ def check_glu_mlp_dx(mlp, x: torch.Tensor, g: torch.Tensor, dx: torch.Tensor) ->
     d pre = swiglu'(pre) d h, dx = d pre @ W_[gate; up]; within the roundings: d h's float32 GEMM and
     its rounding to bf16 (y of the gated layer is bf16) carried through swiglu', dx's float32 GEMM and
     d pre's float32 evaluation, dx's rounding to bf16."""
-    from sparsile.integrations.torch.fuse import fused_group_of
+    from sparsile.integrations.torch.projection_group import fused_group_of
 
     fused = fused_group_of(mlp.gate_proj).fused
     with torch.no_grad():

@@ -85,7 +85,7 @@ def test_a_sibling_s_refusal_names_the_group_whose_members_share_the_version_cou
     version counter: a write to q_proj moves k_proj's, and k_proj's backward refuses it. The message said
     "the SparseLinear's values", the sibling's alone; it names the member and the siblings that may
     have been written (which one was cannot be told from the counter)."""
-    from sparsile.integrations.torch.fuse import fused_group_of
+    from sparsile.integrations.torch.projection_group import fused_group_of
 
     class Attention(torch.nn.Module):
         def __init__(self):

@@ -22,7 +22,8 @@ torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
 
 from sparsile.integrations.errors import IntegrationError  # noqa: E402
-from sparsile.integrations.torch.fuse import FuseReport, ProjectionGroup, fused_group_of  # noqa: E402
+from sparsile.integrations.torch.fuse import FuseReport  # noqa: E402
+from sparsile.integrations.torch.projection_group import ProjectionGroup, fused_group_of  # noqa: E402
 from sparsile.stdlib.sparsity import compress, encode_metadata  # noqa: E402
 
 BUFFERS = ("values", "meta", "bias", "scale_w")
@@ -637,7 +638,7 @@ def test_members_fed_different_inputs_give_the_group_up():
     """Cross-attention's q reads the decoder's states and k / v the encoder's: every fused run then
     serves one member. After PARTIAL_RUNS_LIMIT such runs the group is released (right values
     throughout, unfused from then on)."""
-    from sparsile.integrations.torch.fuse import PARTIAL_RUNS_LIMIT
+    from sparsile.integrations.torch.projection_group import PARTIAL_RUNS_LIMIT
 
     block = Siblings()
     plain = copy.deepcopy(block)

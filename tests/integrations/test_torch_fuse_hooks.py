@@ -18,7 +18,7 @@ from sparsile.tests.integrations.torch_helpers import EPS, check_against_float64
 torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
 
-from sparsile.integrations.torch.fuse import fused_group_of  # noqa: E402
+from sparsile.integrations.torch.projection_group import fused_group_of  # noqa: E402
 
 K = 64
 SIZES = {"q_proj": 32, "k_proj": 16, "v_proj": 16, "gate_proj": 32, "up_proj": 32}

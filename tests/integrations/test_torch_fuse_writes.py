@@ -16,7 +16,7 @@ from sparsile.tests.integrations.torch_helpers import check_against_float64, lin
 torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
 
-from sparsile.integrations.torch.fuse import fused_group_of  # noqa: E402
+from sparsile.integrations.torch.projection_group import fused_group_of  # noqa: E402
 
 NAMES = ("q_proj", "k_proj", "v_proj")
 
@@ -97,7 +97,7 @@ def test_a_copied_group_s_member_written_between_sibling_calls_is_not_served_the
 
 def _released(block: torch.nn.Module) -> None:
     """Feed q_proj and k_proj / v_proj different inputs (cross-attention) until the group is released."""
-    from sparsile.integrations.torch.fuse import PARTIAL_RUNS_LIMIT
+    from sparsile.integrations.torch.projection_group import PARTIAL_RUNS_LIMIT
 
     group = fused_group_of(block.q_proj)
     enc = _x(seed=9)

@@ -24,8 +24,8 @@ spt = pytest.importorskip("sparsile.torch")
 
 from sparsile.integrations.errors import IntegrationError  # noqa: E402
 from sparsile.integrations.torch._kernels import kernel_api  # noqa: E402
-from sparsile.integrations.torch.fuse import fused_group_of  # noqa: E402
 from sparsile.integrations.torch.glu import GatedForward, gate_activation  # noqa: E402
+from sparsile.integrations.torch.projection_group import fused_group_of  # noqa: E402
 from sparsile.stdlib.kernels.linear_args import is_gated  # noqa: E402
 
 HIDDEN, F = 64, 32  # the MLP's in_features and intermediate size (F: a multiple of 16)

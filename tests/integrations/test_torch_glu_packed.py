@@ -19,8 +19,8 @@ spt = pytest.importorskip("sparsile.torch")
 Phi3MLP = pytest.importorskip("transformers.models.phi3.modeling_phi3").Phi3MLP
 
 from sparsile.integrations.torch._kernels import kernel_api  # noqa: E402
-from sparsile.integrations.torch.fuse import fused_group_of  # noqa: E402
 from sparsile.integrations.torch.glu import GatedForward  # noqa: E402
+from sparsile.integrations.torch.projection_group import fused_group_of  # noqa: E402
 from sparsile.stdlib.kernels.linear_args import is_gated  # noqa: E402
 
 HIDDEN, F = 64, 32

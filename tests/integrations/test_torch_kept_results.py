@@ -1,7 +1,7 @@
 """Results a sparse layer keeps between calls, served again only while what they were computed from is
 unchanged (review49b, on the CPU: the kernel in the interpreter):
 
-* a fused projection group's pending run (fuse.py), served to the siblings of the member that started
+* a fused projection group's pending run (projection_group.py), served to the siblings of the member that started
   it: a sibling called with the same x object whose memory was swapped by ``x.data = t`` (no version
   bump), or a member whose buffer was given other memory by ``member.bias.data = t`` (the layer's own
   check of "A buffer replaced behind the layer's back", docs/torch.md), was served the columns of the
@@ -23,7 +23,7 @@ from sparsile.tests.integrations.torch_helpers import check_against_float64, lin
 torch = pytest.importorskip("torch")
 spt = pytest.importorskip("sparsile.torch")
 
-from sparsile.integrations.torch.fuse import fused_group_of  # noqa: E402
+from sparsile.integrations.torch.projection_group import fused_group_of  # noqa: E402
 
 
 class Siblings(torch.nn.Module):
