@@ -12,8 +12,10 @@ backward keeps it, with the weight its forward used, which no write reaches any 
 
 Not copied: a buffer that requires grad (a bias made trainable: an optimizer may hold that tensor),
 an inference tensor (no counter), and nothing at all while a CUDA graph is captured or a tracer
-runs (the copy would be recorded, not made) or where the device is out of memory: those members
-keep their views, whose shared counter refuses too much, never too little.
+runs (the copy would be recorded, not made); and where the device runs out of memory, nothing of the
+member being copied nor of those after it (the members copied before keep their copies: a member is
+given all of its copies or none). Those members keep their views, whose shared counter refuses too
+much, never too little.
 """
 
 from __future__ import annotations

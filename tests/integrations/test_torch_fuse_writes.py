@@ -228,3 +228,114 @@ def test_a_release_inside_a_capture_keeps_the_views_and_a_trainable_bias_stays_t
         plain.k_proj.bias.sub_(0.5 * bias.grad)
     check_against_float64(block.k_proj, x, block.k_proj(x))
     assert torch.equal(block.k_proj.bias, plain.k_proj.bias)
+
+
+def _clones_failing_at(monkeypatch, n: int) -> list:
+    """The n-th tensor clone of a run-time release's own_rows raises the device's out of memory (the clones
+    before it are made); returns the tensors own_rows cloned or tried to."""
+    from sparsile.integrations.torch import own_rows, projection_group
+
+    real_own, real_clone, tried = own_rows.own_rows, torch.Tensor.clone, []
+
+    def clone(t, *args, **kwargs):
+        tried.append(t)
+        if len(tried) == n:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real_clone(t, *args, **kwargs)
+
+    def failing_own_rows(*args):
+        with monkeypatch.context() as patch:
+            patch.setattr(torch.Tensor, "clone", clone)
+            return real_own(*args)
+
+    monkeypatch.setattr(projection_group, "own_rows", failing_own_rows)
+    return tried
+
+
+def _poisoned(layer, x: torch.Tensor) -> torch.Tensor:
+    """layer(x) with freed memory poisoned with NaN first (an output left unwritten would show)."""
+    torch.empty(4096).fill_(float("nan"))
+    return layer(x)
+
+
+def _fused_run(block: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """x requiring grad and the fused run's outputs of every member, concatenated (backward pending)."""
+    x = _x(seed=7).requires_grad_()
+    ys = [getattr(block, name)(x) for name in NAMES]
+    assert fused_group_of(block.q_proj).runs == 1
+    return x, torch.cat(ys, -1).float().sum()
+
+
+def _all_right(block: torch.nn.Module, plain: torch.nn.Module) -> None:
+    """Every member computes with its weight as it is now (plain: the same writes, never fused)."""
+    for name in NAMES:
+        x = _x(seed=11)
+        check_against_float64(getattr(block, name), x, _poisoned(getattr(block, name), x))
+        assert torch.equal(getattr(block, name).to_dense(), getattr(plain, name).to_dense())
+        assert torch.equal(getattr(block, name).bias, getattr(plain, name).bias)
+
+
+def test_a_release_out_of_memory_keeps_the_views_and_no_write_goes_unnoticed(monkeypatch):
+    """A run-time release whose first copy finds the device out of memory: every member keeps its views of
+    the fused copy (one version counter), runs right on its own, and a write to a sibling refuses what it
+    must: a fused run's pending backward, and a member's own backward (too much, never too little)."""
+    block = Siblings()
+    plain = copy.deepcopy(block)
+    spt.fuse_projections_(block)
+    x, loss = _fused_run(block)
+    tried = _clones_failing_at(monkeypatch, 1)
+    _released(block)
+    assert len(tried) == 1
+    assert all(getattr(block, name).values._is_view() and getattr(block, name).bias._is_view() for name in NAMES)
+    _all_right(block, plain)
+
+    y = block.q_proj(x)
+    _written(block.k_proj)
+    _written(plain.k_proj)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.float().sum().backward()
+    _all_right(block, plain)
+    _written(block.v_proj, "bias")
+    _written(plain.v_proj, "bias")
+    _all_right(block, plain)
+
+
+def test_a_release_out_of_memory_midway_leaves_the_members_copied_before_their_own_rows_and_the_rest_views(monkeypatch):
+    """The copy runs out of memory at k_proj's second buffer: q_proj (copied before) owns its rows, k_proj
+    (none of its buffers, not its values either: one counter for all of them) and v_proj keep their views.
+    A write to q_proj then does not reach the fused run's pending backward (its gradient is the unwritten
+    run's, bit for bit); a write to k_proj does (refused). Each member runs right after each write."""
+    block = Siblings()
+    plain = copy.deepcopy(block)
+    spt.fuse_projections_(block)
+    twin = copy.deepcopy(block)
+    x, loss = _fused_run(block)
+    copied = sum(t is not None for t in (block.q_proj.values, block.q_proj.meta, block.q_proj.bias,
+                                         block.q_proj.scale_w))
+    tried = _clones_failing_at(monkeypatch, copied + 2)
+    _released(block)
+    assert len(tried) == copied + 2 and tried[copied] is block.k_proj.values
+    assert not block.q_proj.values._is_view() and not block.q_proj.bias._is_view()
+    assert all(getattr(block, name).values._is_view() and getattr(block, name).meta._is_view()
+               and getattr(block, name).bias._is_view() for name in ("k_proj", "v_proj"))
+    _all_right(block, plain)
+
+    _written(block.q_proj)
+    _written(plain.q_proj)
+    loss.backward(retain_graph=True)
+    x2, loss2 = _fused_run(twin)
+    loss2.backward()
+    assert torch.equal(x.grad, x2.grad)
+    _all_right(block, plain)
+
+    y = block.q_proj(x)
+    _written(block.k_proj)
+    _written(plain.k_proj)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+    x.grad = None
+    y.float().sum().backward()  # (q_proj owns its rows: k_proj's write is not q_proj's)
+    assert torch.equal(x.grad, _grad(plain.q_proj, x))
+    _all_right(block, plain)
