@@ -12,10 +12,13 @@ backward keeps it, with the weight its forward used, which no write reaches any 
 
 Not copied: a buffer that requires grad (a bias made trainable: an optimizer may hold that tensor),
 an inference tensor (no counter), and nothing at all while a CUDA graph is captured or a tracer
-runs (the copy would be recorded, not made); and where the device runs out of memory, nothing of the
-member being copied nor of those after it (the members copied before keep their copies: a member is
-given all of its copies or none). Those members keep their views, whose shared counter refuses too
-much, never too little.
+runs (the copy would be recorded, not made), nor where a CUDA graph captured a launch of the fused
+layer or of the gated forward's layer over its buffers (:func:`graph_replays`: every replay reads
+the fused buffers, so an in-place write to a member, ``load_state_dict`` say, must still reach them,
+as it did while the group was fused; given copies, the graph replayed the old weight without a
+word); and where the device runs out of memory, nothing of the member being copied nor of those
+after it (the members copied before keep their copies: a member is given all of its copies or
+none). Those members keep their views, whose shared counter refuses too much, never too little.
 """
 
 from __future__ import annotations
@@ -31,10 +34,15 @@ from ._kernels import capturing
 LOG = logging.getLogger("sparsile.torch")
 
 
-def own_rows(fused: Any, members: Sequence[Any], names: Sequence[str]) -> int:
+def own_rows(fused: Any, members: Sequence[Any], names: Sequence[str], layers: Sequence[Any] = ()) -> int:
     """Give each of ``members`` a copy of its buffers ``names`` that are still views of ``fused``'s
-    (see the module docstring for which are not copied); returns how many buffers were copied."""
+    (see the module docstring for which are not copied; ``layers``: the layers over the fused buffers,
+    ``ProjectionGroup.layers``); returns how many buffers were copied."""
     if capturing() or torch.compiler.is_compiling():
+        return 0
+    if graph_replays(layers):
+        LOG.info("fused projections: a CUDA graph captured a fused launch of a released group; its members keep "
+                 "views of the fused copy, which the graph replays")
         return 0
     copied = 0
     try:
@@ -54,3 +62,16 @@ def own_rows(fused: Any, members: Sequence[Any], names: Sequence[str]) -> int:
         LOG.info("fused projections: out of memory copying a released group's weights; its members keep "
                  "views of the fused copy")
     return copied
+
+
+def graph_replays(layers: Sequence[Any]) -> bool:
+    """Whether a CUDA graph captured a launch of one of ``layers`` (a record of its cache, kept or retired,
+    marked ``captured``: the cache keeps such a record while its weight lives, since the graph may replay it)."""
+    for layer in layers:
+        cache = layer.__dict__.get("_records")
+        if cache is None:
+            continue
+        for record in (*tuple(cache.records.values()), *tuple(cache.retired.values())):  # (snapshots: weakref
+            if record.captured:                                                           # callbacks)
+                return True
+    return False

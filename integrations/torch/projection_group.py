@@ -78,6 +78,7 @@ class ProjectionGroup:
         """Stop fusing: every member runs on its own again. Its buffers are left as they are, or, with
         ``own`` (a release at run time), those still views of the fused copy are copied, so that a write
         to one member no longer counts for its siblings (own_rows.py)."""
+        layers = self.layers() if own else ()  # (before the gated forward goes: a graph may have captured its layer)
         for m in self.members:
             if m.__dict__.get("_fused", (None,))[0] is self:
                 del m.__dict__["_fused"]
@@ -85,7 +86,7 @@ class ProjectionGroup:
         uninstall_glu(self)  # the parent MLP's own forward again
         fused, self.fused = self.fused, None  # its memory is freed once no member holds a view of it
         if own and fused is not None:
-            own_rows(fused, self.members, BUFFER_NAMES)
+            own_rows(fused, self.members, BUFFER_NAMES, layers)
 
     def layers(self) -> tuple[SparseLinear, ...]:
         """The layers over the fused buffers (the fused layer, and the gated forward's): their

@@ -339,3 +339,46 @@ def test_a_release_out_of_memory_midway_leaves_the_members_copied_before_their_o
     y.float().sum().backward()  # (q_proj owns its rows: k_proj's write is not q_proj's)
     assert torch.equal(x.grad, _grad(plain.q_proj, x))
     _all_right(block, plain)
+
+
+@pytest.mark.parametrize("layer", ["fused", "gated"])
+def test_a_release_keeps_the_views_where_a_cuda_graph_captured_the_fused_run(layer):
+    """A CUDA graph captured a launch of the fused layer (or of the gated forward's layer over the fused
+    buffers): it replays the fused buffers' memory, so a later in-place write to a member (load_state_dict,
+    an edit of its weight) must still reach that memory, as it did while the group was fused. A release at
+    run time then keeps the members' views (a sibling's write refuses a backward: too much, never too
+    little). Before, the members were given copies: the write went to the copy, and every replay of the
+    graph computed with the old weight without a word. (The captured record stands in on the CPU;
+    tests/gpu/test_torch_fuse_graph_gpu.py captures a real graph.)"""
+    import types
+
+    if layer == "fused":
+        block = Siblings()
+        names, released = NAMES, _released
+    else:
+        block = torch.nn.Module()
+        block.mlp = GatedMLP()
+        names = ("gate_proj", "up_proj")
+
+        def released(block):
+            up = block.mlp.up_proj
+            up._buffers["bias"] = up.bias.clone()  # (a replaced buffer: the gated forward releases the group)
+            with torch.no_grad():
+                block.mlp(_x())
+
+    owner = block if layer == "fused" else block.mlp
+    spt.fuse_projections_(block)
+    group = fused_group_of(getattr(owner, names[0]))
+    captured = types.SimpleNamespace(captured=True)  # (a LaunchRecord a graph captured, retired meanwhile)
+    target = group.fused if layer == "fused" else group.glu.linear
+    target.__dict__["_records"].retired[id(captured)] = captured
+    fused_values = group.fused.values
+    released(block)
+    assert fused_group_of(getattr(owner, names[0])) is None
+    member = getattr(owner, names[1])
+    assert member.values._is_view()
+    _written(member)
+    start = getattr(owner, names[0]).out_features
+    assert torch.equal(fused_values[start:start + member.out_features], member.values)  # what the graph replays
+    x = _x()
+    check_against_float64(member, x, _poisoned(member, x))
