@@ -39,7 +39,7 @@ from .glu import LLAMA, MLP_NAMES, PACKED, MLPForm, glu_of, install_glu, uninsta
 from .group_build import fuse_group, mark_static, mismatch
 from .layer_args import checked_model
 from .linear import SparseLinear
-from .projection_group import ProjectionGroup, fused_group_of
+from .projection_group import ProjectionGroup, fused_group_of  # (old pickles name fuse.ProjectionGroup)
 from .wording import counted
 
 LOG = logging.getLogger("sparsile.torch")

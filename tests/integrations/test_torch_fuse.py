@@ -293,6 +293,24 @@ def sparse_ops_in_compiled_graph(model) -> tuple[list[str], torch.Tensor]:
     return ops, got
 
 
+def test_a_model_pickled_when_its_groups_lived_in_fuse_py_loads():
+    """A fused model pickled before ProjectionGroup moved to projection_group.py names its class
+    ``sparsile.integrations.torch.fuse.ProjectionGroup``: it still loads (fuse.py imports the class),
+    and runs as the original (plain pickle does not keep the shared storage: released, unfused)."""
+    block = Siblings()
+    spt.fuse_projections_(block)
+    data = pickle.dumps(block, protocol=0)  # (a text protocol: the module's name is one line)
+    old = data.replace(b"sparsile.integrations.torch.projection_group\n", b"sparsile.integrations.torch.fuse\n")
+    assert old != data and b"projection_group" not in old
+    thawed = pickle.loads(old)
+    assert isinstance(fused_group_of(thawed.q_proj), ProjectionGroup)
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    with torch.no_grad():
+        for name in ("q_proj", "k_proj", "v_proj"):
+            check_against_float64(getattr(thawed, name), x, getattr(thawed, name)(x))
+            assert torch.equal(getattr(thawed, name)(x), getattr(block, name)(x))
+
+
 def test_traced_fusion_puts_one_op_per_group_in_the_compiled_graph(llama_pair):
     """fuse_projections_(traced=True): the torch.compile trace holds one fused sparse_linear per
     group (4 per layer instead of 7), with no graph break and the unfused logits."""
