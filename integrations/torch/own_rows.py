@@ -19,6 +19,8 @@ as it did while the group was fused; given copies, the graph replayed the old we
 word); and where the device runs out of memory, nothing of the member being copied nor of those
 after it (the members copied before keep their copies: a member is given all of its copies or
 none). Those members keep their views, whose shared counter refuses too much, never too little.
+Before it copies, it waits for the device (:func:`quiesce`): the fused copy's memory must not be handed
+out again under a fused run still in flight on another stream.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def own_rows(fused: Any, members: Sequence[Any], names: Sequence[str], layers: S
                  "views of the fused copy, which the graph replays")
         return 0
     copied = 0
+    quiesce(fused._buffers.values())
     try:
         with torch.no_grad(), torch.inference_mode(False):
             for m in members:
@@ -62,6 +65,18 @@ def own_rows(fused: Any, members: Sequence[Any], names: Sequence[str], layers: S
         LOG.info("fused projections: out of memory copying a released group's weights; its members keep "
                  "views of the fused copy")
     return copied
+
+
+def quiesce(tensors: Any) -> None:
+    """Wait for the CUDA devices that hold ``tensors`` (``torch.cuda.synchronize``). The fused buffers are
+    freed once the members hold copies, and the caching allocator may hand their memory out again on the
+    stream that allocated them at once: a fused run still in flight on another stream (one the records
+    launched on, which never marked the weight as used there) would then read reused memory. While the
+    members held views the memory lived on; a release at run time is rare (a group's members fed other
+    inputs, a member's buffer replaced), so it waits for the device once instead of tracking every stream."""
+    devices = {t.device for t in tensors if t is not None and t.is_cuda}
+    for device in sorted(devices, key=str):
+        torch.cuda.synchronize(device)
 
 
 def graph_replays(layers: Sequence[Any]) -> bool:

@@ -123,7 +123,8 @@ class ProjectionGroup:
         buffers and no member has an activation or an out_dtype the fused layer does not apply (set
         after fusing)."""
         checked = self.checked  # (else the addresses are verified below, against the fused buffers)
-        if self._parameter_made():
+        fused = self.fused  # (read once: another thread's release sets it to None)
+        if fused is None or self._parameter_made():
             return False
         for buffers, name, view, ptr in self.expect:
             if buffers.get(name) is not view or (checked and ptr and view.data_ptr() != ptr):
@@ -133,11 +134,11 @@ class ProjectionGroup:
         if not checked:
             for m in self.members:  # set after fusing (SparseLinear.__setattr__ invalidates): the fused
                 # layer has no activation and one out_dtype, so such a member runs unfused
-                if m.activation is not None or m.out_dtype != self.fused.out_dtype:
+                if m.activation is not None or m.out_dtype != fused.out_dtype:
                     return False
             for m, (a, b) in zip(self.members, self.rows):
                 for name in BUFFER_NAMES:
-                    whole, part = self.fused._buffers.get(name), m._buffers.get(name)
+                    whole, part = fused._buffers.get(name), m._buffers.get(name)
                     if whole is None or part is None:
                         if whole is not part:
                             return False

@@ -382,3 +382,58 @@ def test_a_release_keeps_the_views_where_a_cuda_graph_captured_the_fused_run(lay
     assert torch.equal(fused_values[start:start + member.out_features], member.values)  # what the graph replays
     x = _x()
     check_against_float64(member, x, _poisoned(member, x))
+
+
+def test_a_release_waits_for_the_device_before_it_frees_the_fused_memory(monkeypatch):
+    """A run-time release waits for the devices that hold the fused buffers (own_rows.quiesce) before the
+    members get their copies: once they own copies the fused memory is freed, and the caching allocator may
+    hand it out again on its allocation stream under a fused run still in flight on another stream."""
+    from sparsile.integrations.torch import own_rows
+
+    block = Siblings()
+    spt.fuse_projections_(block)
+    group = fused_group_of(block.q_proj)
+    fused_values = group.fused.values
+    seen: list[tuple[int, bool]] = []
+
+    def quiesce(tensors) -> None:
+        tensors = list(tensors)
+        seen.append((sum(t is fused_values for t in tensors), all(
+            getattr(block, name).values.untyped_storage().data_ptr() == fused_values.untyped_storage().data_ptr()
+            for name in NAMES)))
+
+    monkeypatch.setattr(own_rows, "quiesce", quiesce)
+    _released(block)
+    assert seen == [(1, True)]  # once, given the fused buffers, while every member still held its view
+    assert all(getattr(block, name).values.untyped_storage().data_ptr() != fused_values.untyped_storage().data_ptr()
+               for name in NAMES)  # (then copied)
+
+
+def test_quiesce_synchronizes_each_cuda_device_once(monkeypatch):
+    """quiesce: one torch.cuda.synchronize per CUDA device among the tensors (None and CPU tensors skipped)."""
+    from types import SimpleNamespace
+
+    from sparsile.integrations.torch import own_rows
+
+    synced: list = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    cuda0, cuda1 = torch.device("cuda", 0), torch.device("cuda", 1)
+    tensors = [SimpleNamespace(is_cuda=True, device=cuda1), None, torch.zeros(2),
+               SimpleNamespace(is_cuda=True, device=cuda0), SimpleNamespace(is_cuda=True, device=cuda1)]
+    own_rows.quiesce(tensors)
+    assert synced == [cuda0, cuda1]
+    synced.clear()
+    own_rows.quiesce([torch.zeros(2), None])
+    assert synced == []
+
+
+def test_a_group_released_by_another_thread_is_not_intact():
+    """intact() of a group whose fused layer another thread released between a member's read of it and the
+    check (group.fused is None by then) answers False, where it raised AttributeError on the fused layer's
+    out_dtype."""
+    block = Siblings()
+    spt.fuse_projections_(block)
+    group = fused_group_of(block.q_proj)
+    group.invalidate()  # (the unchecked branch, which reads the fused layer)
+    group.fused = None
+    assert group.intact() is False
