@@ -313,7 +313,7 @@ CODES: dict[str, str] = {
     "SP0810": "metadata in another format",
     "SP0811": "format not available for the operand",
     "SP0812": "sizes missing or contradicting",
-    "SP0813": "bad logical indices",
+    "SP0813": "logical index out of range",
     "SP0814": "values do not match the metadata",
     "SP0815": "B operand rows",
     "SP0816": "picture needs matplotlib",

@@ -29,8 +29,9 @@ from .chunkops import (
     values_word_dtype,
 )
 from .dtypes import OperandType, operand_type, operand_type_of_array
-from .errors import SP_BAD_INDICES, SP_BAD_INPUT, SP_NOT_SPARSE, SP_VALUES_MISMATCH, SparsityError
-from .hostarray import as_host_array, checked_flag, checked_size, require_index_type, require_numeric
+from .errors import SP_BAD_INPUT, SP_NOT_SPARSE, SP_VALUES_MISMATCH, SparsityError
+from .hostarray import as_host_array, checked_flag, checked_size, require_numeric
+from .indexrules import check_index_values, require_index_shape, require_index_type
 from .swar import Workspace
 
 
@@ -238,36 +239,14 @@ def index_shape(dtype: str | OperandType, rows: int, k: int) -> tuple[int, int, 
 
 
 def checked_indices(indices: Any, op: OperandType) -> np.ndarray:
-    """Logical indices as a C-contiguous uint8 (M, K/G, S) array; SP0806 for a non-integer element
-    type (:func:`require_index_type`, as ``validate_metadata``), SP0813 for a wrong shape, an index
-    out of range or a pair that is not increasing."""
+    """Logical indices as a C-contiguous uint8 (M, K/G, S) array, checked by the rules every entry
+    point shares (:mod:`.indexrules`: SP0805 shape, SP0806 element type, SP0813 out of range,
+    SP0807 an equal pair, SP0808 a decreasing pair)."""
     array = as_host_array(indices, "indices")
-    slots = 1 if op.width_class == "tf32" else 2
-    if array.ndim != 3 or array.shape[2] != slots:
-        raise SparsityError(SP_BAD_INDICES,
-                            f"logical indices for {op.name} must have shape (M, K/{op.group}, {slots}), "
-                            f"got {array.shape}",
-                            help="pass the indices returned by compress() for this operand type")
+    require_index_shape(array, op)
     require_index_type(array)
-    units = op.pattern.units
-    if array.size and (array.min() < 0 or array.max() >= units):
-        where = np.argwhere((array < 0) | (array >= units))[0]
-        noun = "pairs" if op.pattern.unit == 2 else "elements"
-        raise SparsityError(SP_BAD_INDICES,
-                            f"index {int(array[tuple(where)])} at row {where[0]}, group {where[1]} is out of "
-                            f"range for {op.name} (a chunk has {units} {noun})",
-                            help=f"indices must lie in [0, {units - 1}]")
-    array = np.ascontiguousarray(array, dtype=np.uint8)
-    if slots == 2:
-        first, second = array[:, :, 0], array[:, :, 1]
-        unordered = first >= second
-        if unordered.any():
-            row, group = np.argwhere(unordered)[0]
-            raise SparsityError(SP_BAD_INDICES,
-                                f"indices ({first[row, group]}, {second[row, group]}) at row {row}, group {group} "
-                                "are not increasing; the logical format stores idx0 < idx1",
-                                help="sort each pair (the hardware reads bits [1:0] as the first stored element)")
-    return array
+    check_index_values(array, op)
+    return np.ascontiguousarray(array, dtype=np.uint8)
 
 
 def indices_to_nibbles(indices: Any, op: OperandType) -> np.ndarray:

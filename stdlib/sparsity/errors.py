@@ -21,14 +21,17 @@ SP_BAD_INPUT = "SP0804"
 """An input array of the wrong rank, element type or axis, one that cannot be read on the host, or a
 size (m, k, a row) that is not a non-negative integer."""
 SP_META_SHAPE = "SP0805"
-"""A metadata buffer whose shape differs from the one its format, operand type, m and k require."""
+"""A metadata buffer whose shape differs from the one its format, operand type, m and k require;
+logical indices not of shape (M, K/G, S), from every entry point that reads them."""
 SP_META_ELEMENT_TYPE = "SP0806"
 """A metadata buffer of the wrong element type (hardware formats are uint32 words, logical indices
 integers), from every entry point that reads logical indices (encode, validate, decode, decompress)."""
 SP_UNDEFINED_NIBBLE = "SP0807"
-"""A metadata nibble the PTX ISA leaves undefined (0x0, 0x5, 0xA, 0xF; for tf32 anything but 0x4/0xE)."""
+"""A metadata nibble the PTX ISA leaves undefined (0x0, 0x5, 0xA, 0xF; for tf32 anything but 0x4/0xE),
+or a pair of logical indices naming one position twice (the nibble it would encode to)."""
 SP_UNORDERED_PAIR = "SP0808"
-"""A metadata nibble whose two indices are not increasing where the consumer needs order."""
+"""A metadata nibble or a pair of logical indices whose two indices are not increasing where the
+consumer needs order (encode_metadata always does)."""
 SP_WRONG_WIDTH = "SP0809"
 """Metadata formatted for one operand width (16-bit, tf32, 8-bit, 4-bit) used with another."""
 SP_WRONG_FORMAT = "SP0810"
@@ -38,7 +41,9 @@ SP_FORMAT_UNSUPPORTED = "SP0811"
 SP_MISSING_SIZE = "SP0812"
 """A raw metadata array given without m, k and dtype, or with sizes that contradict its tag."""
 SP_BAD_INDICES = "SP0813"
-"""Logical indices of the wrong shape, out of range, or not increasing within a group."""
+"""A logical index out of its chunk's range (the other faults of logical indices have the codes of
+the metadata faults they are: SP0805 shape, SP0806 element type, SP0807 equal pair, SP0808
+decreasing pair)."""
 SP_VALUES_MISMATCH = "SP0814"
 """A values array whose shape or element type does not match its metadata."""
 SP_OPERAND_MISMATCH = "SP0815"

@@ -41,8 +41,9 @@ def encode_metadata(indices: Any, fmt: str, dtype: str | OperandType, *, k: int 
     """Lay out logical ``indices`` (M, K/G, S) in format ``fmt`` for operand type ``dtype``.
 
     ``k`` is the logical (unpadded) K, recorded in the buffer so that decompression returns exactly
-    (M, k); it defaults to (K/G)·G. Indices of a non-integer element type raise SP0806 (as in
-    validate_metadata), other bad indices SP0813; e2m1 with "sm90" raises SP0811.
+    (M, k); it defaults to (K/G)·G. Bad indices raise what validate_metadata raises for them
+    (:mod:`.indexrules`: SP0805 shape, SP0806 element type, SP0813 out of range, SP0807 an equal
+    pair, SP0808 a decreasing pair); e2m1 with "sm90" raises SP0811.
     """
     fmt = check_format(fmt)
     op = operand_type(dtype)

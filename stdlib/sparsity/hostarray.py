@@ -23,7 +23,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .errors import SP_BAD_INPUT, SP_META_ELEMENT_TYPE, SparsityError
+from .errors import SP_BAD_INPUT, SparsityError
 
 _DLPACK_REFUSALS = (BufferError, TypeError, RuntimeError, ValueError, AttributeError, NotImplementedError)
 
@@ -163,11 +163,3 @@ def require_numeric(array: np.ndarray, what: str) -> None:
     raise SparsityError(SP_BAD_INPUT, f"{what} has element type {array.dtype}, which is not numeric",
                         help="pass a real-valued array (float, int or an ml_dtypes float type)")
 
-
-def require_index_type(array: np.ndarray) -> None:
-    """Raise SP0806 unless ``array`` (logical indices) has an integer element type: the one rule of
-    ``encode_metadata``, ``validate_metadata``, ``decode_metadata`` and ``decompress``. Floats are
-    refused even when integer-valued (2.0), and so are bools (a keep mask is not an index array)."""
-    if array.dtype.kind not in "iu":
-        raise SparsityError(SP_META_ELEMENT_TYPE, f"logical indices must be integers, found {array.dtype}",
-                            help="pass integer positions within a chunk (the uint8 indices compress() returns)")

@@ -31,7 +31,6 @@ import numpy as np
 from .buffer import MetadataBuffer
 from .dtypes import OPERAND_TYPES, WIDTH_CLASSES, OperandType, class_members, operand_type
 from .errors import (
-    SP_BAD_INDICES,
     SP_META_ELEMENT_TYPE,
     SP_META_SHAPE,
     SP_MISSING_SIZE,
@@ -41,7 +40,8 @@ from .errors import (
     SP_WRONG_WIDTH,
     SparsityError,
 )
-from .hostarray import as_host_array, checked_flag, checked_size, require_index_type
+from .hostarray import as_host_array, checked_flag, checked_size
+from .indexrules import check_index_values, require_index_shape, require_index_type
 from .layouts import check_format, check_supported, metadata_shape, nibbles_from_words, word_position
 
 UNDEFINED_NIBBLES = (0x0, 0x5, 0xA, 0xF)
@@ -97,6 +97,10 @@ def _matching_types(fmt: str, shape: tuple[int, ...], m: int, k: int) -> list[st
 
 
 def _check_array(data: np.ndarray, fmt: str, op: OperandType, m: int, k: int) -> np.ndarray:
+    if fmt == "logical":  # (the rules encode_metadata applies too: :mod:`.indexrules`)
+        require_index_shape(data, op, m, k)
+        require_index_type(data)
+        return data
     expected = metadata_shape(fmt, op, m, k)
     if tuple(data.shape) != expected:
         others = _matching_types(fmt, tuple(data.shape), m, k)
@@ -107,9 +111,6 @@ def _check_array(data: np.ndarray, fmt: str, op: OperandType, m: int, k: int) ->
             f"{tuple(data.shape)}{hint}",
             help=f"encode it with encode_metadata(indices, {fmt!r}, dtype={op.name!r}) for this operand",
         )
-    if fmt == "logical":
-        require_index_type(data)
-        return data
     if data.dtype.kind not in "iu" or data.dtype.itemsize != 4:
         raise SparsityError(SP_META_ELEMENT_TYPE, f"{fmt} metadata must be uint32 words, found {data.dtype}",
                             help="pass the array produced by encode_metadata() (or its .data)")
@@ -132,29 +133,6 @@ def _where(fmt: str, op: OperandType, m: int, k: int, row: int, chunk: int) -> s
 def _first(mask: np.ndarray) -> tuple[int, int, int]:
     hits = np.argwhere(mask)
     return int(hits[0][0]), int(hits[0][1]), len(hits)
-
-
-def _check_logical_content(data: np.ndarray, op: OperandType, m: int, k: int, allow_unordered: bool) -> None:
-    units = op.pattern.units
-    out_of_range = (data < 0) | (data >= units)
-    if out_of_range.any():
-        row, chunk, count = _first(out_of_range.any(axis=-1))
-        raise SparsityError(SP_BAD_INDICES,
-                            f"logical index out of range [0, {units - 1}] at {_where('logical', op, m, k, row, chunk)}"
-                            f" ({count} groups affected)",
-                            help="indices are positions within a chunk; re-create them with compress()")
-    if data.shape[-1] < 2:
-        return
-    first, second = data[..., 0], data[..., 1]
-    for mask, code, what in ((first == second, SP_UNDEFINED_NIBBLE, "the same index twice (undefined)"),
-                             (first > second, SP_UNORDERED_PAIR, "a decreasing pair")):
-        if code == SP_UNORDERED_PAIR and allow_unordered:
-            continue
-        if mask.any():
-            row, chunk, count = _first(mask)
-            raise SparsityError(code, f"logical indices ({first[row, chunk]}, {second[row, chunk]}) at "
-                                f"{_where('logical', op, m, k, row, chunk)} are {what} ({count} groups affected)",
-                                help="the logical format stores idx0 < idx1; re-create it with compress()")
 
 
 def _check_nibbles(grid: np.ndarray, fmt: str, op: OperandType, m: int, k: int, allow_unordered: bool) -> None:
@@ -266,7 +244,8 @@ def checked_metadata(meta: Any, fmt: str | None = None, dtype: str | OperandType
         fmt = check_format(fmt)
         op = operand_type(dtype)
         data = as_host_array(meta, "metadata")
-        if fmt == "logical" and data.ndim == 3:
+        if fmt == "logical":
+            require_index_shape(data, op)  # (rank and slots, before the sizes are read from it)
             m = data.shape[0] if m is None else m
             k = data.shape[1] * op.group if k is None else k
         if m is None or k is None:
@@ -277,7 +256,7 @@ def checked_metadata(meta: Any, fmt: str | None = None, dtype: str | OperandType
     m, k = checked_size(m, "m"), checked_size(k, "k")
     data = _check_array(data, fmt, op, m, k)
     if fmt == "logical":
-        _check_logical_content(data, op, m, k, allow_unordered)
+        check_index_values(data, op, allow_unordered=allow_unordered)
         data = np.ascontiguousarray(data, dtype=np.uint8)
     elif not _words_valid(data, accepted_nibbles(op, fmt, allow_unordered)):
         _check_nibbles(nibbles_from_words(data, fmt, op), fmt, op, m, k, allow_unordered)

@@ -262,16 +262,17 @@ def test_unknown_format_and_dtype():
     assert info.value.code == "SP0801"
 
 
-@pytest.mark.parametrize("bad, fragment", [
-    (np.array([[[1, 1]]], np.uint8), "not increasing"),
-    (np.array([[[2, 1]]], np.uint8), "not increasing"),
-    (np.array([[[0, 4]]], np.uint8), "out of range"),
-    (np.zeros((1, 1, 1), np.uint8), "shape"),
+@pytest.mark.parametrize("bad, fragment, code", [
+    (np.array([[[1, 1]]], np.uint8), "name one position twice", "SP0807"),
+    (np.array([[[2, 1]]], np.uint8), "decreasing pair", "SP0808"),
+    (np.array([[[0, 4]]], np.uint8), "out of range", "SP0813"),
+    (np.zeros((1, 1, 1), np.uint8), "shape", "SP0805"),
 ])
-def test_encode_rejects_bad_indices(bad, fragment):
+def test_encode_rejects_bad_indices(bad, fragment, code):
+    """The codes validate_metadata gives the same indices (tests/stdlib/test_sparsity_index_rules.py)."""
     with pytest.raises(SparsityError, match=fragment) as info:
         encode_metadata(bad, "tcgen05", "f16")
-    assert info.value.code == "SP0813"
+    assert info.value.code == code
 
 
 def test_encode_k_must_match_indices():
