@@ -25,7 +25,7 @@ from ...frontend.interp.overlap import UNDECIDED, UNDECIDED_REASON, self_overlap
 from ..sparsity import SparsityError, as_host_array, cast_to_operand
 from ..sparsity.dtypes import operand_type
 from ..sparsity.errors import SP_BAD_INPUT, SP_META_ELEMENT_TYPE
-from ..sparsity.hostarray import require_numeric
+from ..sparsity.hostarray import complex_refusal, require_numeric
 
 if TYPE_CHECKING:
     from .gemm_choice import KernelChoice
@@ -153,9 +153,7 @@ def check_real_operand(x: Any, what: str) -> None:
                         help=f"cast it to the operand type first: {what}.astype(values.dtype) "
                              f"(torch: {what}.to(values.dtype))")
     if name.startswith("complex"):
-        raise bad_input(f"{what} has element type {name}: the sparse GEMM multiplies real numbers (the imaginary "
-                        "parts would be dropped)",
-                        help=f"pass {what}.real, or the real and imaginary parts in two calls")
+        raise complex_refusal(what, name)
 
 
 def cast_operand(x: Any, choice: KernelChoice, what: str = "b") -> Any:

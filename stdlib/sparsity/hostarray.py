@@ -149,11 +149,23 @@ def checked_flag(value: Any, what: str) -> bool:
     raise SparsityError(SP_BAD_INPUT, f"{what} must be True or False, got {value!r}", help=f"pass {what}=True or False")
 
 
+def complex_refusal(what: str, type_name: str) -> SparsityError:
+    """SP0804 for ``what``, an array of complex element type ``type_name`` ("complex64"): the one
+    wording of every path that refuses complex numbers (the kernels' operands, the toolkit's inputs)."""
+    return SparsityError(SP_BAD_INPUT, f"{what} has element type {type_name}: the sparse GEMM multiplies real "
+                         "numbers (the imaginary parts would be dropped)",
+                         help=f"pass {what}.real, or the real and imaginary parts in two calls")
+
+
 def require_numeric(array: np.ndarray, what: str) -> None:
-    """Raise SP0804 unless ``array`` holds numbers (bool, int, float or an ml_dtypes float)."""
+    """Raise SP0804 unless ``array`` holds real numbers (bool, int, float or an ml_dtypes float):
+    complex numbers in :func:`complex_refusal`'s words, anything else (objects, strings) as not
+    numeric."""
     kind = array.dtype.kind
     if kind in "biuf":
         return
+    if kind == "c":
+        raise complex_refusal(what, array.dtype.name)
     if kind == "V" and array.dtype.names is None and array.dtype.itemsize in (1, 2):
         try:
             ml_dtypes.finfo(array.dtype)
