@@ -341,10 +341,11 @@ def check_array_argument(name: str, dtype: str, info: ArrayInfo, *, device: int,
                               "this launcher uses device memory in place only",
                               "move it to the GPU first (torch: x.cuda(), cupy: cupy.asarray(x)) or build "
                               "the launcher with allow_host_copies=True")
-        if not info.contiguous or info.host is None:
-            raise LaunchError(ARG_CONTIGUOUS, f"argument `{name}` is a non-contiguous host array; host "
-                              "arrays are copied to the device and must be C-contiguous",
-                              "pass np.ascontiguousarray(x) (and copy results back yourself)")
+        if info.host is None:  # (a numpy array of any strides is staged by value: staging.device_values)
+            raise LaunchError(ARG_CONTIGUOUS, f"argument `{name}` is a non-contiguous {info.source} in host "
+                              "memory; the launcher copies numpy arrays of any strides to the device, other host "
+                              "arrays only when C-contiguous", "pass np.ascontiguousarray(x) (and copy results "
+                              "back yourself)")
         return
     if info.device == FOREIGN_DEVICE:
         raise LaunchError(ARG_DEVICE, f"argument `{name}` lives on {info.device_label}, not on a CUDA "

@@ -71,7 +71,7 @@ from .params import (
     layout_slots,
 )
 from .scalars import describe_value, encode_scalar, scalar_writer
-from .staging import Call, check_host_array, finish_host_copies, is_unstaged, stage_host_array
+from .staging import Call, check_host_array, finish_host_copies, is_unstaged, stage_host_array, staged_info
 from .tensormap import (
     TENSOR_MAP_BYTES,
     TENSOR_MAP_CACHE_SIZE,
@@ -306,7 +306,7 @@ class Launcher:
                 ptr = self._device_pointer(name, info, writes, call)
                 pack(view, offset, ptr)
                 if ptr != info.ptr:  # staged host array: derived parameters describe the device copy
-                    info = info._replace(ptr=ptr, device=ordinal, host=None)
+                    info = staged_info(info, ptr, ordinal)
             if info_slot is not None:
                 call.infos[info_slot] = info
 
@@ -333,8 +333,8 @@ class Launcher:
             check_array_argument(p.name, p.dtype, info, device=ordinal, allow_host=self.allow_host_copies,
                                  writes=not p.readonly, contiguous=False)
             ptr = self._device_pointer(p.name, info, not p.readonly, call)
-            if ptr != info.ptr:
-                info = info._replace(ptr=ptr, device=ordinal)
+            if ptr != info.ptr:  # (a staged host array's map describes its dense copy)
+                info = staged_info(info, ptr, ordinal)._replace(host=info.host)
             if info_slot is not None:
                 call.infos[info_slot] = info
             if call.hosts is not None and is_unstaged(info):  # an empty grid's host array: as its copy's map

@@ -1,8 +1,12 @@
 """Host arrays staged for a launch: each is copied to a fresh device buffer on the launch stream
 before the launch and, when the kernel writes it, back after it; the launch then synchronizes.
-:func:`shared_host_copy` decides which host arguments share one copy (the same memory passed
-twice) and refuses a partial overlap with a write (SP0750). :class:`Call` is a launcher's
-per-launch scratch that records the copies.
+The copy holds the array's values (:func:`device_values`): a strided numpy array's elements in C
+order, a byte-swapped one's in the machine's byte order, as the interpreter reads them
+(frontend/interp/host_arrays.py); a written one gets them back into its own elements and order
+once the stream has synchronized, the memory between a strided view's elements left alone.
+:func:`shared_host_copy` decides which host arguments share one copy (the same view passed
+twice) and refuses, with a write, views sharing memory only in part and a view whose own elements
+share memory (SP0750). :class:`Call` is a launcher's per-launch scratch that records the copies.
 
 A launch of an empty grid (a 0 dimension) runs nothing: its host arrays get every check of a staged
 one (:func:`check_host_array`: the same SP0750) but no buffer, copy or synchronize, and host
@@ -17,6 +21,7 @@ import numpy as np
 from cuda.bindings import driver
 
 from ...frontend.diagnostics import LaunchError
+from ...frontend.interp.overlap import UNDECIDED, UNDECIDED_REASON, self_overlap
 from . import dlpack
 from .arrays import ANY_DEVICE, ArrayInfo, byte_range, register_array_type
 from .codes import ARG_OVERLAP
@@ -58,12 +63,25 @@ def stage_host_array(name: str, info: ArrayInfo, writes: bool, call: Call, devic
     buf = DeviceBuffer(host.nbytes, device=device)
     call.staged.append((buf, host, writes, name))
     if host.nbytes:
-        source = native_order(host)  # (a byte-swapped array: its values, in the device's byte order)
+        source = device_values(host)
         if source is not host:
             call.keep = [*(call.keep or ()), source]
         check("cuMemcpyHtoDAsync", driver.cuMemcpyHtoDAsync(buf.ptr, source.ctypes.data, host.nbytes,
                                                              call.stream))
     return buf.ptr
+
+
+def device_values(host: np.ndarray) -> np.ndarray:
+    """What the device copy of ``host`` holds: its elements in C order and the machine's byte order
+    (``host`` itself where it is a C-contiguous array of native byte order, else a converted copy)."""
+    return native_order(np.ascontiguousarray(host))
+
+
+def staged_info(info: ArrayInfo, ptr: int, device: int) -> ArrayInfo:
+    """``info`` of a host array staged at ``ptr`` on ``device``, as its copy is: dense, so the
+    derived strides (and tensor maps) of a strided array describe the copy's C order."""
+    return info._replace(ptr=ptr, device=device, host=None, strides=dlpack.compact_strides(info.shape),
+                         contiguous=True)
 
 
 def check_host_array(name: str, info: ArrayInfo, writes: bool, call: Call) -> int:
@@ -115,18 +133,18 @@ def finish_host_copies(call: Call, launched: bool) -> None:
     failed launch (an exception is already propagating) only synchronize and free."""
     try:
         if launched:
-            converted: list[tuple[np.ndarray, np.ndarray]] = []  # (byte-swapped host array, native copy)
+            converted: list[tuple[np.ndarray, np.ndarray]] = []  # (strided or byte-swapped host array, dense copy)
             for buf, host, written, _ in call.staged:
                 if written and host.nbytes:
                     target = host
-                    if byte_swapped(host.dtype):  # the device's bytes are values in the machine's order
-                        target = np.empty(host.shape, host.dtype.newbyteorder("="))
+                    if byte_swapped(host.dtype) or not host.flags.c_contiguous:  # (the device holds dense values
+                        target = np.empty(host.shape, host.dtype.newbyteorder("="))  # in the machine's order)
                         converted.append((host, target))
                     check("cuMemcpyDtoHAsync",
                           driver.cuMemcpyDtoHAsync(target.ctypes.data, buf.ptr, host.nbytes, call.stream))
             check("cuStreamSynchronize", driver.cuStreamSynchronize(call.stream))
             for host, target in converted:
-                host[...] = target  # (converted to the host array's own byte order)
+                host[...] = target  # (into its own elements, converted to its own byte order)
         else:
             driver.cuStreamSynchronize(call.stream)
     finally:
@@ -140,20 +158,49 @@ def _byte_range(a: np.ndarray) -> tuple[int, int]:
     return byte_range(a.__array_interface__["data"][0], a.shape, a.strides, a.itemsize)
 
 
+def _shares_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two host arrays share a byte (exactly, as the interpreter asks: interleaved strided
+    views share none); a pair too hard to decide is taken as sharing."""
+    try:
+        return bool(np.shares_memory(a, b, max_work=100_000))
+    except np.exceptions.TooHardError:
+        return True
+
+
+def check_self_overlap(name: str, host: np.ndarray) -> None:
+    """SP0750 for a written host array whose own elements share memory (an ``as_strided`` view): its
+    device copy has one element per index, and copying them back would keep only one of the values
+    written to each shared address, silently. The interpreter refuses it in the same words."""
+    if host.flags.c_contiguous:
+        return
+    verdict = self_overlap(host.shape, host.strides, host.itemsize)
+    if verdict is not None:
+        why = (f": {UNDECIDED_REASON}" if verdict == UNDECIDED else "; it is copied to the device and back, and "
+               "copying it back would keep only one of the values written to each shared address")
+        raise LaunchError(ARG_OVERLAP, f"elements of argument `{name}` {verdict} in memory (shape {host.shape}, "
+                          f"byte strides {host.strides}), and the kernel writes through it{why}",
+                          help="pass an array whose elements are distinct (e.g. `out.copy()`, or a slice of a new "
+                               "array)")
+
+
 def shared_host_copy(staged: Sequence[tuple[str, np.ndarray, bool]], name: str, host: np.ndarray,
                      writes: bool) -> int | None:
     """Where the host array ``host`` (argument ``name``) goes among the host arrays
     already staged for this launch, ``(name, array, written)`` each: the index of one covering the
-    very same bytes (share its device copy, as the GPU would share the memory), or None (a copy of
-    its own). Bytes shared only in part, with either written, are LaunchError SP0750: two copies
-    would hide the writes through one from the other, and the last copied back would win."""
+    very same bytes with the same strides (share its device copy, as the GPU would share the
+    memory), or None (a copy of its own). Memory shared only in part, with either written, is
+    LaunchError SP0750: two copies would hide the writes through one from the other, and the last
+    copied back would win; so is a written array whose own elements share memory
+    (:func:`check_self_overlap`)."""
+    if writes:
+        check_self_overlap(name, host)
     lo, hi = _byte_range(host)
     for i, (other, array, written) in enumerate(staged):
         a, b = _byte_range(array)
         if hi > lo and (a, b) == (lo, hi) and (array.strides == host.strides or (array.flags.c_contiguous
                                                and host.flags.c_contiguous)):
             return i
-        if a < hi and lo < b and (writes or written):
+        if a < hi and lo < b and (writes or written) and _shares_memory(array, host):
             raise LaunchError(ARG_OVERLAP, f"host arrays `{other}` and `{name}` overlap in memory but are not "
                               "the same array, and the kernel writes "
                               f"`{name if writes else other}`; each host array is copied to the device on "

@@ -393,8 +393,11 @@ def test_host_arrays_can_be_refused_and_are_freed_on_errors(monkeypatch):
         launcher(1, (np.zeros(4, np.float32), np.zeros(4, np.float16), 0x30, 4))
     assert exc.value.code == A.ARG_DTYPE
     assert len(gpu.freed) == 1 and not gpu.launches  # the staged x was freed, nothing launched
-    with pytest.raises(LaunchError) as exc:
-        launcher(1, (0x10, 0x20, np.zeros(8, np.float32)[::2], 4))
+    launcher(1, (0x10, 0x20, np.zeros(8, np.float32)[::2], 4))  # a strided one is staged by value
+    assert len(gpu.launches) == 1
+    with pytest.raises(LaunchError) as exc:  # (host memory other than numpy's: dense only)
+        A.check_array_argument("x", "f32", A.describe_array(np.zeros(4, "f4"))._replace(contiguous=False, host=None),
+                               device=0, allow_host=True, writes=True)
     assert exc.value.code == A.ARG_CONTIGUOUS
     frozen = np.zeros(4, np.float32)
     frozen.flags.writeable = False
