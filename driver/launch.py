@@ -298,7 +298,7 @@ def _build_launcher(kernel: Any, bindings: dict[str, Any], key: tuple, target: A
 
 def _host_memory(value: Any) -> Any:
     """A numpy view of the host memory of ``value`` when it is a numpy array, a CPU torch tensor or
-    another DLPack array on the CPU (a dense one: the launcher refuses others), else None."""
+    another DLPack array on the CPU (of any strides: the launcher stages it by value), else None."""
     import numpy as np
 
     if isinstance(value, np.ndarray):

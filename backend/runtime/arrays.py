@@ -108,14 +108,22 @@ def is_c_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
     return True
 
 
-def host_view(ptr: int, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
-    """A writable numpy view of dense row-major host memory at ``ptr``."""
+def host_view(ptr: int, dtype: str, shape: tuple[int, ...], strides: tuple[int, ...] | None = None) -> np.ndarray:
+    """A writable numpy view of host memory at ``ptr``: dense row-major, or with ``strides`` (in
+    elements, any sign) where given (a strided CPU tensor, which the launcher stages by value as a
+    strided numpy array: staging.device_values)."""
     dt = numpy_dtype(ARRAY_DTYPE_ALIASES.get(dtype, dtype))
     count = math.prod(shape)
     if count == 0 or ptr == 0:
         return np.empty(shape, dtype=dt)
-    raw = (ctypes.c_ubyte * (count * dt.itemsize)).from_address(ptr)
-    return np.frombuffer(raw, dtype=dt).reshape(shape)
+    if strides is None or is_c_contiguous(shape, strides):
+        raw = (ctypes.c_ubyte * (count * dt.itemsize)).from_address(ptr)
+        return np.frombuffer(raw, dtype=dt).reshape(shape)
+    low = sum(min(0, (n - 1) * st) for n, st in zip(shape, strides, strict=True))
+    high = sum(max(0, (n - 1) * st) for n, st in zip(shape, strides, strict=True))
+    raw = (ctypes.c_ubyte * ((high - low + 1) * dt.itemsize)).from_address(ptr + low * dt.itemsize)
+    first = np.frombuffer(raw, dtype=dt)[-low:]
+    return np.lib.stride_tricks.as_strided(first, shape, tuple(st * dt.itemsize for st in strides))
 
 
 def _describe_numpy(arr: np.ndarray, stream: int) -> ArrayInfo:
@@ -161,7 +169,7 @@ def _describe_torch_plain(t: Any, stream: int) -> ArrayInfo:
         return ArrayInfo(t.data_ptr(), dtype, label, tuple(t.shape), tuple(t.stride()), t.is_contiguous(),
                          FOREIGN_DEVICE, str(device), False, "torch tensor")
     shape, contiguous = tuple(t.shape), t.is_contiguous()
-    view = host_view(t.data_ptr(), dtype, shape) if contiguous and dtype else None
+    view = host_view(t.data_ptr(), dtype, shape, tuple(t.stride())) if dtype else None
     return ArrayInfo(t.data_ptr(), dtype, label, shape, tuple(t.stride()), contiguous, HOST, "cpu",
                      False, "CPU torch tensor", None, view, t)
 
@@ -222,7 +230,7 @@ def _describe_dlpack(obj: Any, stream: int) -> ArrayInfo:
     contiguous = is_c_contiguous(t.shape, t.strides)
     source = f"{type(obj).__name__} (DLPack)"
     if t.is_host:
-        view = host_view(t.data, t.dtype, t.shape) if contiguous and t.dtype else None
+        view = host_view(t.data, t.dtype, t.shape, t.strides) if t.dtype else None
         return ArrayInfo(t.data, t.dtype, t.dtype_label, t.shape, t.strides, contiguous, HOST,
                          t.device_label, t.readonly, source, None, view, (t.capsule, obj))
     if t.device_type == dlpack.DEVICE_CUDA:
@@ -341,11 +349,10 @@ def check_array_argument(name: str, dtype: str, info: ArrayInfo, *, device: int,
                               "this launcher uses device memory in place only",
                               "move it to the GPU first (torch: x.cuda(), cupy: cupy.asarray(x)) or build "
                               "the launcher with allow_host_copies=True")
-        if info.host is None:  # (a numpy array of any strides is staged by value: staging.device_values)
-            raise LaunchError(ARG_CONTIGUOUS, f"argument `{name}` is a non-contiguous {info.source} in host "
-                              "memory; the launcher copies numpy arrays of any strides to the device, other host "
-                              "arrays only when C-contiguous", "pass np.ascontiguousarray(x) (and copy results "
-                              "back yourself)")
+        if info.host is None:  # (host arrays of any strides are staged by value: staging.device_values)
+            raise LaunchError(ARG_CONTIGUOUS, f"argument `{name}` is a {info.source} in host memory that the "
+                              "launcher cannot view to copy it to the device", "pass np.ascontiguousarray(x) (and "
+                              "copy results back yourself)")
         return
     if info.device == FOREIGN_DEVICE:
         raise LaunchError(ARG_DEVICE, f"argument `{name}` lives on {info.device_label}, not on a CUDA "

@@ -180,3 +180,27 @@ def test_derived_strides_describe_the_dense_copy(monkeypatch: pytest.MonkeyPatch
     assert derived == [4, 3, 3, 1]
     staged = struct.unpack("<Q", gpu.launches[0]["params"][0])[0]
     np.testing.assert_array_equal(gpu.array(staged, np.float32, 12).reshape(4, 3), memory[::2, ::3])
+
+
+def test_strided_cpu_torch_tensors_are_staged_too(device: FakeDevice) -> None:
+    """A non-contiguous CPU torch tensor (a slice with a step, a transpose's row) is host memory the
+    launcher now views with its strides and stages as it stages a numpy view (it was SP0705; the
+    interpreter copies it); a written ``expand`` (its elements one address) is SP0750 on both paths."""
+    torch = pytest.importorskip("torch")
+    k = vadd()
+    x = torch.from_numpy(_data(20, 2 * N))[::2]
+    y = torch.from_numpy(_data(21, 3 * N).reshape(N, 3)).t()[1]  # a row of a transpose: stride 3
+    ref = x.double().numpy() + y.double().numpy()
+    results = []
+    for run in (k, k.interpret):
+        memory = torch.full((3 * N,), POISON)
+        out = memory[::3]
+        run[GRID](x, y, out, N, BLOCK=BLOCK)
+        _close(out.numpy(), ref)
+        assert (memory.numpy().reshape(N, 3)[:, 1:] == POISON).all()
+        results.append(memory.numpy().tobytes())
+    assert device.launches == 1 and results[0] == results[1]
+    for run in (vadd(), vadd().interpret):
+        with pytest.raises(LaunchError) as info:
+            run[GRID](x, y, torch.zeros(1).expand(N), N, BLOCK=BLOCK)
+        assert info.value.code == "SP0750"

@@ -395,7 +395,7 @@ def test_host_arrays_can_be_refused_and_are_freed_on_errors(monkeypatch):
     assert len(gpu.freed) == 1 and not gpu.launches  # the staged x was freed, nothing launched
     launcher(1, (0x10, 0x20, np.zeros(8, np.float32)[::2], 4))  # a strided one is staged by value
     assert len(gpu.launches) == 1
-    with pytest.raises(LaunchError) as exc:  # (host memory other than numpy's: dense only)
+    with pytest.raises(LaunchError) as exc:  # (host memory the launcher cannot view)
         A.check_array_argument("x", "f32", A.describe_array(np.zeros(4, "f4"))._replace(contiguous=False, host=None),
                                device=0, allow_host=True, writes=True)
     assert exc.value.code == A.ARG_CONTIGUOUS
