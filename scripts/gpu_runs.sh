@@ -498,7 +498,8 @@ a66s)  # a66 within a short budget: on an H200 issue 12's rows alone (three pass
     else
         run 190 python -m pytest -q -m gpu -n 8 --timeout 150 -rfEs --dist worksteal --junitxml="$out/junit-a66.xml" \
             tests/frontend tests/stdlib/test_out_aliasing.py "tests/stdlib/test_decode_api.py::test_gpu_pdl_reads_what_the_previous_kernel_wrote" \
-            tests/gpu/test_byte_order_gpu.py tests/stdlib/test_dense_operand_types.py tests/gpu/test_jax_gpu.py
+            tests/gpu/test_byte_order_gpu.py tests/stdlib/test_dense_operand_types.py tests/gpu/test_jax_gpu.py \
+            tests/gpu/test_strided_host_gpu.py tests/stdlib/test_sparsity_gpu.py tests/backend/test_host_staging.py
         run 120 python -m pytest -q -m gpu -n 8 --timeout 100 -rfEs --dist worksteal --junitxml="$out/junit-a66b.xml" \
             tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_kept_launches_gpu.py tests/gpu/test_torch_linear_gpu.py \
             tests/gpu/test_torch_fuse_graph_gpu.py
