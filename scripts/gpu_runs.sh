@@ -491,6 +491,11 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
     ;;
+a66t)  # a66s's first step alone (a device budget of about five minutes)
+    run 180 python -m pytest -q -m gpu -n 8 --timeout 120 -rfEs --dist worksteal --junitxml="$out/junit-a66t.xml" \
+        tests/gpu/test_byte_order_gpu.py tests/gpu/test_strided_host_gpu.py tests/stdlib/test_dense_operand_types.py \
+        tests/gpu/test_torch_fuse_graph_gpu.py tests/backend/test_host_staging.py tests/frontend tests/gpu/test_jax_gpu.py
+    ;;
 a66s)  # a66 within a short budget: on an H200 issue 12's rows alone (three passes); elsewhere a66's two GPU steps
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
         run 300 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
