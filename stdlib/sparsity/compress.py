@@ -30,7 +30,7 @@ from .chunkops import (
 )
 from .dtypes import OperandType, operand_type, operand_type_of_array
 from .errors import SP_BAD_INPUT, SP_NOT_SPARSE, SP_VALUES_MISMATCH, SparsityError
-from .hostarray import as_host_array, checked_flag, checked_size, require_numeric
+from .hostarray import as_host_array, checked_flag, checked_size, complex_refusal, require_numeric
 from .indexrules import check_index_values, require_index_shape, require_index_type
 from .swar import Workspace
 
@@ -113,7 +113,10 @@ def cast_to_operand(array: np.ndarray, op: OperandType, what: str = "w") -> np.n
     are saturated to ±448 instead, with a :class:`SaturationWarning` saying how many (NaN stays
     NaN). Other types round as ml_dtypes / numpy do (finite values beyond an f16, bf16 or e5m2 range
     become ±inf, with an :class:`OverflowWarning` saying how many; integer types truncate), but values
-    an integer type cannot hold (NaN, ±inf, beyond its range: numpy would wrap them) are SP0804."""
+    an integer type cannot hold (NaN, ±inf, beyond its range: numpy would wrap them) are SP0804, and so
+    are complex values (hostarray.complex_refusal: a cast would drop the imaginary parts)."""
+    if array.dtype.kind == "c":
+        raise complex_refusal(what, array.dtype.name)
     if op.name == "e4m3":
         wide = array.astype(np.float64)
         over = np.abs(wide) > 448.0

@@ -77,3 +77,16 @@ def test_object_and_string_arrays_stay_not_numeric(call: str) -> None:
             run(array)
         assert (info.value.code, info.value.message) == (
             "SP0804", f"{what} has element type {array.dtype}, which is not numeric")
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "e4m3", "s8", "tf32"])
+def test_cast_to_operand_refuses_complex_values(dtype):
+    """cast_to_operand (public: the host cast the toolkit and the tests use) of a complex array is SP0804 in
+    complex_refusal's words; it cast silently (NumPy's ComplexWarning only), dropping the imaginary parts."""
+    a = np.random.default_rng(3).uniform(0.5, 2.0, (4, 8)) * (1 + 1j)
+    with pytest.raises(S.SparsityError) as info:
+        S.cast_to_operand(a, S.operand_type(dtype), "w")
+    assert info.value.code == "SP0804"
+    assert info.value.message == ("w has element type complex128: the sparse GEMM multiplies real numbers (the "
+                                  "imaginary parts would be dropped)")
+    assert info.value.help == "pass w.real, or the real and imaginary parts in two calls"
