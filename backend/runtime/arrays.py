@@ -40,6 +40,7 @@ from .dtypes import (
     byte_swapped,
     dtype_from_numpy,
     dtype_info,
+    native_dtype,
     numpy_dtype,
     torch_dtype_info,
 )
@@ -135,7 +136,7 @@ def _describe_numpy(arr: np.ndarray, stream: int) -> ArrayInfo:
     dtype = dtype_from_numpy(arr.dtype)
     label = arr.dtype.name
     if byte_swapped(arr.dtype):
-        dtype, label = dtype_from_numpy(arr.dtype.newbyteorder("=")), f"{label} (byte-swapped)"
+        dtype, label = dtype_from_numpy(native_dtype(arr.dtype)), f"{label} (byte-swapped)"
     return ArrayInfo(arr.ctypes.data, dtype, label, arr.shape,
                      tuple(s // itemsize for s in arr.strides), arr.flags.c_contiguous, HOST, "host",
                      not arr.flags.writeable, "numpy array", None, arr)

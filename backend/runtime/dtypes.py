@@ -69,10 +69,16 @@ def byte_swapped(dtype: np.dtype) -> bool:
     return not (dtype.isnative or dtype.itemsize == 1 or dtype.names is not None)
 
 
+def native_dtype(dtype: np.dtype) -> np.dtype:
+    """``dtype`` in the machine's byte order (``dtype('>f2')`` -> ``dtype('float16')``); itself where
+    it is not :func:`byte_swapped`."""
+    return dtype.newbyteorder("=") if byte_swapped(dtype) else dtype
+
+
 def native_order(array: np.ndarray) -> np.ndarray:
     """``array`` itself where it is in the machine's byte order, else a copy of its values converted
     to it (what a device, which reads the machine's order, must be given)."""
-    return array.astype(array.dtype.newbyteorder("=")) if byte_swapped(array.dtype) else array
+    return array.astype(native_dtype(array.dtype)) if byte_swapped(array.dtype) else array
 
 
 def dtype_from_numpy(dt: np.dtype) -> str | None:

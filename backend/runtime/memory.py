@@ -17,7 +17,7 @@ from .arrays import ArrayInfo, register_array_type
 from .capture_mode import thread_local_capture_mode
 from .codes import ARG_SHAPE
 from .devices import check, context_of, device_state, in_context
-from .dtypes import DTYPES, byte_swapped, dtype_from_numpy, native_order, numpy_dtype
+from .dtypes import DTYPES, byte_swapped, dtype_from_numpy, native_dtype, native_order, numpy_dtype
 from .launch_config import stream_handle
 from .release import defer, drain
 
@@ -90,7 +90,7 @@ class DeviceBuffer:
         if not byte_swapped(out.dtype):
             copy_device_to_host(self.ptr, out, stream, self.device)
         else:
-            native = np.empty(out.shape, out.dtype.newbyteorder("="))
+            native = np.empty(out.shape, native_dtype(out.dtype))
             copy_device_to_host(self.ptr, native, stream, self.device)
             out[...] = native
         return out

@@ -26,7 +26,7 @@ from . import dlpack
 from .arrays import ANY_DEVICE, ArrayInfo, byte_range, register_array_type
 from .codes import ARG_OVERLAP
 from .devices import check
-from .dtypes import byte_swapped, dtype_from_numpy, native_order
+from .dtypes import byte_swapped, dtype_from_numpy, native_dtype, native_order
 from .memory import DeviceBuffer
 
 
@@ -113,8 +113,7 @@ class Unstaged:
 
 def _describe_unstaged(value: Unstaged, stream: int) -> ArrayInfo:
     host = value.host
-    native = host.dtype.newbyteorder("=") if byte_swapped(host.dtype) else host.dtype
-    dtype = dtype_from_numpy(native)  # (typed as DeviceBuffer.from_numpy types the copy: '>f2' as f16)
+    dtype = dtype_from_numpy(native_dtype(host.dtype))  # (as DeviceBuffer.from_numpy types the copy: '>f2' f16)
     return ArrayInfo(0, dtype, dtype or "untyped", host.shape, dlpack.compact_strides(host.shape), True, ANY_DEVICE,
                      "cuda", False, "DeviceBuffer", None, host)
 
@@ -138,7 +137,7 @@ def finish_host_copies(call: Call, launched: bool) -> None:
                 if written and host.nbytes:
                     target = host
                     if byte_swapped(host.dtype) or not host.flags.c_contiguous:  # (the device holds dense values
-                        target = np.empty(host.shape, host.dtype.newbyteorder("="))  # in the machine's order)
+                        target = np.empty(host.shape, native_dtype(host.dtype))  # in the machine's order)
                         converted.append((host, target))
                     check("cuMemcpyDtoHAsync",
                           driver.cuMemcpyDtoHAsync(target.ctypes.data, buf.ptr, host.nbytes, call.stream))

@@ -31,7 +31,7 @@ from torch import nn
 from .glu import uninstall_glu
 from .linear import SparseLinear
 from .own_rows import own_rows
-from .run_stamp import input_version, run_stamp
+from .run_stamp import counter, run_stamp
 
 LOG = logging.getLogger("sparsile.torch")
 PARTIAL_RUNS_LIMIT = 8
@@ -183,7 +183,7 @@ class ProjectionGroup:
         started with this same x, or of a new fused run."""
         p = self.pending
         fused = self.fused  # read once: another thread may release the group
-        if (p is not None and p[0] is x and not (p[3] >> index) & 1 and p[1] == input_version(x)
+        if (p is not None and p[0] is x and not (p[3] >> index) & 1 and p[1] == counter(x)
                 and fused is not None and p[4] == run_stamp(fused, x) and self._holds(index)):
             return self._serve(p, index)
         if fused is None or not self.intact():
@@ -200,7 +200,7 @@ class ProjectionGroup:
                      "(cross-attention?); running them unfused")
             self.release(own=True)
             return self.members[index].forward(x)
-        version, stamp = input_version(x), run_stamp(fused, x)
+        version, stamp = counter(x), run_stamp(fused, x)
         parts = self._columns(fused.forward(x), stamp[0])
         self.runs += 1
         return self._start(x, version, parts, index, stamp)

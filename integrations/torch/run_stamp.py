@@ -12,11 +12,6 @@ from .linear import tensors_of
 from .noted_streams import lasting, stream_id
 
 
-def input_version(x: torch.Tensor) -> int:
-    """x's version counter (-1 for an inference tensor, which keeps none: identity alone then)."""
-    return -1 if x.is_inference() else x._version
-
-
 def run_stamp(fused: Any, x: torch.Tensor) -> tuple[Any, ...]:
     """What a fused run's outputs depend on besides x's identity and version, compared before a
     sibling is served from it: grad mode (a run under ``torch.no_grad()`` is off the autograd graph),
@@ -71,5 +66,6 @@ def stream_named(records: Any, stream: int, ordinal: int) -> Any:
 
 
 def counter(t: torch.Tensor | None) -> int:
-    """A fused buffer's version counter (-1 for none, or an inference tensor, which keeps none)."""
+    """A tensor's version counter (-1 for none, or an inference tensor, which keeps none: x's identity
+    alone then): a fused buffer's, and x's (projection_group.py)."""
     return -1 if t is None or t.is_inference() else t._version
