@@ -140,15 +140,18 @@ def tracing(x: Any) -> bool:
             or torch._C._get_tracing_state() is not None or torch._C._are_functorch_transforms_active())
 
 
-def sync_records(values: torch.Tensor, own: RecordCache, fused: Any = None) -> int:
+def sync_records(values: torch.Tensor, own: RecordCache, fused: Any = None, replayed: Any = ()) -> int:
     """``RecordCache.sync`` of the weight in ``values``' memory in a layer's ``own`` cache, the
-    custom op's, and a fused group's layers' (``fused``: a member's ``(group, index)``, projection_group.py); how many
-    captured records still read copies from before (see ``sync``)."""
+    custom op's, a fused group's layers' (``fused``: a member's ``(group, index)``, projection_group.py)
+    and those of the layers of a released group whose launches a CUDA graph replays (``replayed``: a
+    member's ``_replayed``, own_rows.keep_replayed); how many captured records still read copies from
+    before (see ``sync``)."""
     from .ops import RECORDS  # (ops imports this module)
 
     caches = [own, RECORDS]
     if fused is not None:  # the group's fused layer, and its gated forward's layers (glu.py)
         caches += [layer.__dict__["_records"] for layer in fused[0].layers()]
+    caches += [layer.__dict__["_records"] for layer in replayed]
     return sum(cache.sync(values) for cache in caches)
 
 
@@ -324,11 +327,13 @@ class SparseLinear(nn.Module):
     def _invalidate(self) -> None:
         """The buffers were written in place, replaced or moved: this layer's cache is emptied
         (records a graph captured are kept, retired), then the records of the weight that stay
-        (those retired ones, the custom op's, a fused group's) take in-place writes now, so that
-        CUDA graphs replaying them compute with the weight as it is (``RecordCache.sync``)."""
+        (those retired ones, the custom op's, a fused group's, a released group's that a graph
+        replays) take in-place writes now, so that CUDA graphs replaying them compute with the
+        weight as it is (``RecordCache.sync``)."""
         self.__dict__["_records"].clear()  # first: the records it drops are not refreshed for nothing
         self.__dict__["_last"] = None
-        sync_records(self.values, self.__dict__["_records"], self.__dict__.get("_fused"))
+        sync_records(self.values, self.__dict__["_records"], self.__dict__.get("_fused"),
+                     self.__dict__.get("_replayed", ()))
         self.__dict__["_weight"] = None
         fused = self.__dict__.get("_fused")  # a fuse_projections_ group (projection_group.py): verified at its next run
         if fused is not None:
@@ -735,4 +740,5 @@ class SparseLinear(nn.Module):
         state = dict(state)
         state["_records"], state["_weight"], state["_last"] = RecordCache(pdl=True), None, None
         state.pop("_static_inverse", None)
+        state.pop("_replayed", None)  # (a copy's memory is replayed by no graph)
         return state

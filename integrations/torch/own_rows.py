@@ -21,6 +21,13 @@ after it (the members copied before keep their copies: a member is given all of 
 none). Those members keep their views, whose shared counter refuses too much, never too little.
 Before it copies, it waits for the device (:func:`quiesce`): the fused copy's memory must not be handed
 out again under a fused run still in flight on another stream.
+
+Where a graph captured such a launch, the members that keep their views also keep those layers
+(:func:`keep_replayed`, any release): nothing else held the fused layer once its group let go of it, so it
+was collected with its record cache, whose captured records (workspace, counters, padded copies of the
+weight) the graph replays; and a member's ``load_state_dict`` (``check_metadata``) brings those records up
+to the write (``linear.sync_records``), as it did while the group was fused: else a record that reads a
+padded copy of the weight replayed the old weight without a word.
 """
 
 from __future__ import annotations
@@ -90,3 +97,25 @@ def graph_replays(layers: Sequence[Any]) -> bool:
             if record.captured:                                                           # callbacks)
                 return True
     return False
+
+
+REPLAYED = "_replayed"
+"""A released member's ``__dict__`` key: the layers over the fused buffers whose launches a CUDA graph captured
+(:func:`keep_replayed`); its ``_invalidate`` syncs their records (``linear.sync_records``)."""
+
+
+def keep_replayed(fused: Any, members: Sequence[Any], layers: Sequence[Any]) -> None:
+    """Where a CUDA graph captured a launch of one of ``layers`` (the layers over ``fused``'s buffers,
+    ``ProjectionGroup.layers``; :func:`graph_replays`), have each of ``members`` that still views
+    ``fused``'s buffers keep them (:data:`REPLAYED`), so that the records the graph replays live as long
+    as the member, and the member's syncs reach them. Their other records go (``RecordCache.clear``: the
+    captured ones stay, retired): no call runs those layers any more."""
+    if not graph_replays(layers):
+        return
+    shared = {t.untyped_storage().data_ptr() for t in fused._buffers.values() if t is not None}
+    for layer in layers:
+        layer.__dict__["_records"].clear()
+    for m in members:
+        if any(t is not None and t.untyped_storage().data_ptr() in shared for t in m._buffers.values()):
+            kept = m.__dict__.get(REPLAYED, ())
+            m.__dict__[REPLAYED] = (*kept, *(layer for layer in layers if all(layer is not k for k in kept)))

@@ -30,7 +30,7 @@ from torch import nn
 
 from .glu import uninstall_glu
 from .linear import SparseLinear
-from .own_rows import own_rows
+from .own_rows import keep_replayed, own_rows
 from .run_stamp import counter, run_stamp
 
 LOG = logging.getLogger("sparsile.torch")
@@ -77,8 +77,10 @@ class ProjectionGroup:
     def release(self, own: bool = False) -> None:
         """Stop fusing: every member runs on its own again. Its buffers are left as they are, or, with
         ``own`` (a release at run time), those still views of the fused copy are copied, so that a write
-        to one member no longer counts for its siblings (own_rows.py)."""
-        layers = self.layers() if own else ()  # (before the gated forward goes: a graph may have captured its layer)
+        to one member no longer counts for its siblings (own_rows.py). Where a CUDA graph captured a launch
+        of the group's layers, the members that still view the fused buffers keep those layers, whose
+        records the graph replays, and sync them at their next ``load_state_dict`` (own_rows.keep_replayed)."""
+        layers = self.layers()  # (before the gated forward goes: a graph may have captured its layer)
         for m in self.members:
             if m.__dict__.get("_fused", (None,))[0] is self:
                 del m.__dict__["_fused"]
@@ -87,6 +89,8 @@ class ProjectionGroup:
         fused, self.fused = self.fused, None  # its memory is freed once no member holds a view of it
         if own and fused is not None:
             own_rows(fused, self.members, BUFFER_NAMES, layers)
+        if fused is not None:  # (a graph that replays a fused launch: its records live on with the members)
+            keep_replayed(fused, self.members, layers)
 
     def layers(self) -> tuple[SparseLinear, ...]:
         """The layers over the fused buffers (the fused layer, and the gated forward's): their
