@@ -68,6 +68,17 @@ def mismatch(children: Sequence[tuple[str, nn.Module]]) -> str | None:
     return None
 
 
+def counted() -> torch.inference_mode:
+    """Outside ``torch.inference_mode()``, where the fused buffers and the members' views of them are made
+    (:func:`fuse_group`): made inside it, they were inference tensors, which keep no version counter, so a
+    write to a member's weight between two sibling calls of one x went unseen (run_stamp.counter read -1
+    for every one) and the sibling was served its columns of the old weight. Normal tensors count writes
+    in inference mode too (an in-place write there bumps their counter), and the code that fuses reads them
+    there as it reads inference tensors (inference tensors may be read outside it: the concatenation of the
+    members' is a normal tensor)."""
+    return torch.inference_mode(False)
+
+
 def mark_static(fused: SparseLinear) -> None:
     """The fused buffers belong to no registered module: tell torch.compile's CUDA graph trees their
     addresses are fixed (else reduce-overhead would copy the weight into the graph on every replay)."""
@@ -77,8 +88,9 @@ def mark_static(fused: SparseLinear) -> None:
 
 
 def fused_buffers(members: Sequence[SparseLinear]) -> dict[str, torch.Tensor]:
-    """The row-concatenation of ``members``' buffers (values, meta, bias, scale_w where they have them)."""
-    with torch.no_grad():
+    """The row-concatenation of ``members``' buffers (values, meta, bias, scale_w where they have them):
+    normal tensors, under ``torch.inference_mode()`` too (:func:`counted`)."""
+    with torch.no_grad(), counted():
         return {name: torch.cat([getattr(m, name) for m in members]) for name in BUFFER_NAMES
                 if getattr(members[0], name) is not None}
 
@@ -93,7 +105,7 @@ def fuse_group(members: Sequence[SparseLinear], traced: bool = False, names: Seq
     fused = SparseLinear(first.in_features, n, first.bias is not None, dtype=first.weight_dtype,
                          out_dtype=first.out_dtype, device="meta")
     buffers = fused_buffers(members)  # (the one step that allocates: before any member changes)
-    with torch.no_grad():
+    with torch.no_grad(), counted():  # (the members' views of normal tensors: normal tensors, which count writes)
         for name, whole in buffers.items():
             setattr(fused, name, whole)
         start = 0

@@ -124,8 +124,9 @@ class ProjectionGroup:
     def intact(self) -> bool:
         """Each member still holds the views this group made, at their addresses, and (after an
         invalidation, a copy or an unpickling) each view still lies where it should in the fused
-        buffers and no member has an activation or an out_dtype the fused layer does not apply (set
-        after fusing)."""
+        buffers, no member has an activation or an out_dtype the fused layer does not apply (set
+        after fusing), and the fused buffers are no inference tensors (a copy made under
+        ``torch.inference_mode()``: they keep no version counter, group_build.counted)."""
         checked = self.checked  # (else the addresses are verified below, against the fused buffers)
         fused = self.fused  # (read once: another thread's release sets it to None)
         if fused is None or self._parameter_made():
@@ -136,6 +137,9 @@ class ProjectionGroup:
             if ptr and view.requires_grad:  # made trainable (a bias) since: the fused layer's buffers are other
                 return False  # tensors, its gradient would not reach the member's (unfused, it does; or SP0922)
         if not checked:
+            if any(t is not None and t.is_inference() for t in fused._buffers.values()):
+                return False  # (a copy made under inference_mode: no version counters, so no write would be seen
+                # between sibling calls; its members run unfused, each with its weight as it is: group_build.counted)
             for m in self.members:  # set after fusing (SparseLinear.__setattr__ invalidates): the fused
                 # layer has no activation and one out_dtype, so such a member runs unfused
                 if m.activation is not None or m.out_dtype != fused.out_dtype:
@@ -192,7 +196,8 @@ class ProjectionGroup:
             return self._serve(p, index)
         if fused is None or not self.intact():
             LOG.info("fused projections: a member's buffers were replaced, moved or made parameters, or require "
-                     "grad; running them unfused (call fuse_projections_ again to fuse them)")
+                     "grad; running them unfused (or the group was copied under inference_mode: no version "
+                     "counters; call fuse_projections_ again to fuse them)")
             self.release(own=True)
             return self.members[index].forward(x)
         # a run that left siblings unserved: they read another input (cross-attention's k and v read the
