@@ -21,9 +21,10 @@ def run_stamp(fused: Any, x: torch.Tensor) -> tuple[Any, ...]:
     neither: a sibling was served columns off the graph, x's gradient lacked its part; or, made not
     to, columns on it) and the version counters of the fused buffers (a member's buffers are views of
     them and share their counters: a write to a member's weight, bias or scales between sibling
-    calls; inference tensors keep none), x's memory (address, shape, strides: ``x.data = t`` gives
+    calls; inference tensors keep none), x's memory (address, shape, strides, dtype: ``x.data = t`` gives
     the same object other memory without a version bump; a sibling was served the run of x's old
-    memory, outputs of another input and even of another shape), and, for CUDA x, which CUDA graph
+    memory, outputs of another input and even of another shape, or, for ``x.data = x.view(torch.float16)``
+    of a bfloat16 x, the bfloat16 outputs of the old numbers), and, for CUDA x, which CUDA graph
     is being captured, if any (its capture id), and torch's current stream, one somebody else owns by
     its driver id too (a sibling called inside a capture, or in another capture than the run's, the
     same static x fed to two graphs captured one after the other, or on another stream, was served
@@ -34,7 +35,7 @@ def run_stamp(fused: Any, x: torch.Tensor) -> tuple[Any, ...]:
     # name a parametrization moved out is no KeyError, and its tensor is computed anew on each access anyway)
     return (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), x.requires_grad,
             counter(b.get("values")), counter(b.get("meta")), counter(b.get("bias")), counter(b.get("scale_w")),
-            x.data_ptr(), x.shape, x.stride(), *stream_and_capture(fused, x))
+            x.data_ptr(), x.shape, x.stride(), x.dtype, *stream_and_capture(fused, x))
 
 
 def stream_and_capture(fused: Any, x: torch.Tensor) -> tuple[Any, tuple[int | None] | None]:

@@ -442,3 +442,23 @@ def test_inference_mode_left_between_sibling_calls():
         outs.append((q, k, v))
     for got, want in zip(*outs, strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("member", ["k_proj", "up_proj"])
+def test_x_given_another_dtype_at_the_same_address_between_sibling_calls(member):
+    """A sibling's x reinterpreted between the calls (``x.data = x.view(torch.float16)``: the same object, memory,
+    shape and strides, and no version bump) must run as unfused on what x now is: a float16 output of the
+    float16 numbers. Before, the run stamp held no dtype: the sibling was served its bfloat16 columns of
+    the run of the old x, without a word."""
+    block, plain = pair()
+    first = "q_proj" if PARENT[member] == "attn" else "gate_proj"
+    outs = []
+    for model in (block, plain):
+        x = x_of()
+        with torch.no_grad():
+            model.member(first)(x)
+            x.data = x.data.view(torch.float16)
+            outs.append(model.member(member)(x))
+    assert outs[0].dtype == torch.float16
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
+    check_against_float64(block.member(member), x, outs[0])
