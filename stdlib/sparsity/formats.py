@@ -14,8 +14,8 @@ import numpy as np
 from .buffer import MetadataBuffer, adopt_words
 from .compress import checked_indices, decompress_nibbles, nibbles_to_indices, pack_checked_indices
 from .dtypes import OperandType, operand_type
-from .errors import SP_MISSING_SIZE, SparsityError
 from .hostarray import as_host_array, checked_size
+from .indexrules import require_index_shape
 from .layouts import check_format, check_supported, nibbles_from_words, words_from_packed
 from .layouts import metadata_shape as _metadata_shape
 from .layouts import pad_sizes as _pad_sizes
@@ -42,20 +42,19 @@ def encode_metadata(indices: Any, fmt: str, dtype: str | OperandType, *, k: int 
 
     ``k`` is the logical (unpadded) K, recorded in the buffer so that decompression returns exactly
     (M, k); it defaults to (K/G)·G. Bad indices raise what validate_metadata raises for them
-    (:mod:`.indexrules`: SP0805 shape, SP0806 element type, SP0813 out of range, SP0807 an equal
-    pair, SP0808 a decreasing pair); e2m1 with "sm90" raises SP0811.
+    (:mod:`.indexrules`: SP0805 shape, a ``k`` the K/G groups do not hold included, SP0806 element
+    type, SP0813 out of range, SP0807 an equal pair, SP0808 a decreasing pair); e2m1 with "sm90"
+    raises SP0811.
     """
     fmt = check_format(fmt)
     op = operand_type(dtype)
     check_supported(fmt, op)
-    array = checked_indices(indices, op)
-    m, chunks = array.shape[0], array.shape[1]
+    raw = as_host_array(indices, "indices")
+    require_index_shape(raw, op)  # (rank and slots, before the sizes are read from it; validate's order)
+    m, chunks = raw.shape[0], raw.shape[1]
     k = chunks * op.group if k is None else checked_size(k, "k")
-    if k < 0 or -(-k // op.group) != chunks:
-        raise SparsityError(SP_MISSING_SIZE,
-                            f"k = {k} does not match indices with {chunks} groups of {op.group} "
-                            f"(k must lie in [{max(0, (chunks - 1) * op.group + 1)}, {chunks * op.group}])",
-                            help="pass the operand's logical K, or leave k unset")
+    require_index_shape(raw, op, m, k)  # a k the groups do not hold: SP0805, as validate_metadata says
+    array = checked_indices(raw, op)
     if fmt == "logical":  # (the checked indices may be the caller's array, or a view of it: the constructor copies)
         return MetadataBuffer(array, fmt, op.name, m, k)
     return adopt_words(words_from_packed(pack_checked_indices(array, op), fmt, op, k), fmt, op.name, m, k)

@@ -3,7 +3,8 @@ by every entry point that reads them (``encode_metadata``, ``validate_metadata``
 ``decode_metadata``, ``decompress``), checked in this order:
 
 1. shape (SP0805): rank 3, (M, K/G, S) with S the operand's slots (2; 1 for tf32), then, where the
-   operand's m and k are given (validation), exactly (m, ceil(k/G), S);
+   operand's m and k are given (validation; encoding with ``k=``, m being the indices' rows), exactly
+   (m, ceil(k/G), S), the help naming the sizes the indices do describe;
 2. element type (SP0806): integers; floats (2.0 too) and bools are not indices;
 3. values, within a chunk: an index out of [0, units) (SP0813), a pair naming one position twice
    (SP0807: the hardware leaves its nibble undefined), a decreasing pair (SP0808: the logical
@@ -61,7 +62,17 @@ def require_index_shape(array: np.ndarray, op: OperandType, m: int | None = None
         expected = (m, -(-k // op.group), slots)
         if shape != expected:
             raise SparsityError(SP_META_SHAPE, f"logical indices for a {m}x{k} {op.name} operand must have "
-                                f"shape {expected}, found {shape}", help=_shape_help(op))
+                                f"shape {expected}, found {shape}",
+                                help=f"{_shape_help(op)}; {_sizes_held(shape, op)}")
+
+
+def _sizes_held(shape: tuple[int, ...], op: OperandType) -> str:
+    """The operand sizes rank-3 logical indices of ``shape`` describe: M rows and K in a range (the
+    last group may be padding), for a message about a k or m they do not fit."""
+    chunks = shape[1]
+    low, high = max(0, (chunks - 1) * op.group + 1), chunks * op.group
+    sizes = f"K = {high}" if low == high else f"K in {low}..{high}"
+    return f"these indices are those of a {shape[0]} x K operand with {sizes}"
 
 
 def require_index_type(array: np.ndarray) -> None:

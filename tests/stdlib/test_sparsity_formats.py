@@ -276,9 +276,11 @@ def test_encode_rejects_bad_indices(bad, fragment, code):
 
 
 def test_encode_k_must_match_indices():
+    """SP0805, as validate_metadata says for the same indices and k (tests/stdlib/test_sparsity_index_k.py)."""
     with pytest.raises(SparsityError) as info:
         encode_metadata(np.tile(np.array([0, 1], np.uint8), (1, 2, 1)), "sm90", "f16", k=3)
-    assert info.value.code == "SP0812"
+    assert (info.value.code, info.value.message) == (
+        "SP0805", "logical indices for a 1x3 f16 operand must have shape (1, 1, 2), found (1, 2, 2)")
 
 
 def test_metadata_buffer_array_protocol():
