@@ -166,6 +166,15 @@ def _shares_memory(a: np.ndarray, b: np.ndarray) -> bool:
         return True
 
 
+def _same_copy(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether the device copies of two host arrays over the same bytes (:func:`device_values`) hold
+    the same bytes: not for a view and its byte-swapped reading (``x`` and ``x.view('>f4')``), whose
+    copies hold two different sets of values (the interpreter reads each by its own). Two views in
+    the machine's byte order share their raw bytes, whatever their element types; byte-swapped ones
+    only of one dtype (a '>f4' and a '>u2' reading convert the bytes differently)."""
+    return a.dtype == b.dtype or not (byte_swapped(a.dtype) or byte_swapped(b.dtype))
+
+
 def check_self_overlap(name: str, host: np.ndarray) -> None:
     """SP0750 for a written host array whose own elements share memory (an ``as_strided`` view): its
     device copy has one element per index, and copying them back would keep only one of the values
@@ -186,8 +195,9 @@ def shared_host_copy(staged: Sequence[tuple[str, np.ndarray, bool]], name: str, 
                      writes: bool) -> int | None:
     """Where the host array ``host`` (argument ``name``) goes among the host arrays
     already staged for this launch, ``(name, array, written)`` each: the index of one covering the
-    very same bytes with the same strides (share its device copy, as the GPU would share the
-    memory), or None (a copy of its own). Memory shared only in part, with either written, is
+    very same bytes with the same strides, in the same byte order (share its device copy, as the GPU
+    would share the memory), or None (a copy of its own: a byte-swapped reading of the same bytes
+    has other values). Memory shared only in part, with either written, is
     LaunchError SP0750: two copies would hide the writes through one from the other, and the last
     copied back would win; so is a written array whose own elements share memory
     (:func:`check_self_overlap`)."""
@@ -197,7 +207,7 @@ def shared_host_copy(staged: Sequence[tuple[str, np.ndarray, bool]], name: str, 
     for i, (other, array, written) in enumerate(staged):
         a, b = _byte_range(array)
         if hi > lo and (a, b) == (lo, hi) and (array.strides == host.strides or (array.flags.c_contiguous
-                                               and host.flags.c_contiguous)):
+                                               and host.flags.c_contiguous)) and _same_copy(array, host):
             return i
         if a < hi and lo < b and (writes or written) and _shares_memory(array, host):
             raise LaunchError(ARG_OVERLAP, f"host arrays `{other}` and `{name}` overlap in memory but are not "
