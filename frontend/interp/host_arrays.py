@@ -6,8 +6,10 @@ one through a copy in the machine's byte order, written back converted). torch C
 used in place (bfloat16 and float8 ones, and a lazy negation such as ``torch._neg_view(t)``,
 through a copy with the negation applied: the GPU launch refuses the latter, SP0751);
 other torch tensors and cupy arrays are converted to host arrays and written back after the run
-when the kernel writes them. Any other array object (a JAX array) is read through a read-only
-host copy: nothing could write it back, so a kernel writing it is refused (SP0719).
+when the kernel writes them. Host memory another library exports through DLPack is viewed in
+place (``np.from_dlpack``), as the GPU path stages it. Any other array object (a JAX array) is read
+through a read-only host copy: nothing could write it back, so a kernel writing it is refused
+(SP0719); an object with no array protocol at all is SP0708, in the GPU launcher's words.
 """
 
 from __future__ import annotations
@@ -63,9 +65,27 @@ def to_host(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None]:
             obj.set(arr)
 
         return arr, back_cp
+    exported = _dlpack_host_view(obj)
+    if exported is not None:  # host memory of another library: used in place, as the GPU path stages it
+        return exported, None
     arr = np.array(obj)  # (a JAX array: immutable) read-only, so that a kernel writing it is SP0719
     arr.setflags(write=False)
     return arr, None
+
+
+def _dlpack_host_view(obj: Any) -> np.ndarray | None:
+    """A numpy view of the host memory another library's array exports through DLPack (the GPU
+    launcher views and stages such memory by value: backend/runtime/arrays.py), or None: not a
+    DLPack producer on the CPU, one numpy cannot read (a dtype it lacks), or a JAX array (immutable,
+    though its export does not say so: read through a read-only copy)."""
+    if type(obj).__module__.split(".")[0] in ("jax", "jaxlib") or not hasattr(obj, "__dlpack__"):
+        return None
+    try:
+        if int(obj.__dlpack_device__()[0]) != 1:  # kDLCPU
+            return None
+        return np.from_dlpack(obj)
+    except Exception:  # (BufferError, TypeError, ...: what the producer raises; the copy below then decides)
+        return None
 
 
 def _resolved_copy(t: Any) -> tuple[np.ndarray, Callable[[], None]]:
@@ -85,10 +105,12 @@ def _resolved_copy(t: Any) -> tuple[np.ndarray, Callable[[], None]]:
     return arr, back
 
 
-def _is_foreign(obj: Any) -> bool:
-    """Whether to_host reads ``obj`` through a copy it cannot write back (neither numpy, torch nor cupy)."""
+def _is_foreign(obj: Any, arr: np.ndarray) -> bool:
+    """Whether to_host read ``obj`` through a copy ``arr`` it cannot write back (neither numpy, torch,
+    cupy nor host memory exported through DLPack, which is viewed in place)."""
     obj = getattr(obj, "sparsile_array", lambda: obj)()
-    return not isinstance(obj, np.ndarray) and type(obj).__module__.split(".")[0] not in ("torch", "cupy")
+    return (not isinstance(obj, np.ndarray) and type(obj).__module__.split(".")[0] not in ("torch", "cupy")
+            and arr.base is None)
 
 
 def _memory_key(obj: Any) -> Any:
@@ -310,8 +332,12 @@ def interpreter_params(func: Function, bound: dict[str, Any]) -> tuple[dict[str,
         if key not in hosts:  # the same object, or the same torch / cupy view, converted once
             hosts[key] = to_host(value)
         arr, back = hosts[key]
+        if arr.dtype == object:  # (np.array of an object with no array protocol: a 0-d object array)
+            raise LaunchError("SP0708", f"argument `{p.name}` expects an array (pointer to "
+                              f"{t.elem}), got {type(value).__name__}",
+                              help="pass a numpy array, a CUDA tensor/array (torch, CuPy, JAX) or a DeviceBuffer")
         if not arr.flags.writeable and p.name in written:
-            if _is_foreign(value):
+            if _is_foreign(value, arr):
                 raise LaunchError("SP0719", f"argument `{p.name}` is a read-only {type(value).__name__} (the "
                                   "interpreter reads it through a host copy it cannot write back), but the kernel "
                                   "writes through it", help="pass a numpy array or a torch tensor (e.g. "
