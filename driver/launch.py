@@ -339,7 +339,7 @@ def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any], empty: bool = F
 
     from ..backend.runtime import DeviceBuffer
     from ..backend.runtime.arguments import shared_host_copy
-    from ..backend.runtime.staging import Unstaged
+    from ..backend.runtime.staging import Unstaged, writable_twin
 
     names = sorted({p.name.split(".tmap")[0] for p in launcher.spec.params if p.kind == "tensormap"})
     hosts = [n for n in names if isinstance(bound[n], np.ndarray)]
@@ -357,7 +357,7 @@ def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any], empty: bool = F
         same = shared_host_copy(staged, name, v, writes)
         if same is not None:
             first, host, written = staged[same]
-            staged[same] = (first, host, written or writes)
+            staged[same] = (first, writable_twin(host, v, writes), written or writes)
             bound[name] = devices[same]
         elif name in hosts:
             staged.append((name, v, writes))

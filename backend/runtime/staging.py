@@ -58,7 +58,7 @@ def stage_host_array(name: str, info: ArrayInfo, writes: bool, call: Call, devic
     same = shared_host_copy([(n, h, w) for _, h, w, n in call.staged], name, host, writes)
     if same is not None:
         buf, h, written, first = call.staged[same]
-        call.staged[same] = (buf, h, written or writes, first)
+        call.staged[same] = (buf, writable_twin(h, host, writes), written or writes, first)
         return buf.ptr
     buf = DeviceBuffer(host.nbytes, device=device)
     call.staged.append((buf, host, writes, name))
@@ -69,6 +69,13 @@ def stage_host_array(name: str, info: ArrayInfo, writes: bool, call: Call, devic
         check("cuMemcpyHtoDAsync", driver.cuMemcpyHtoDAsync(buf.ptr, source.ctypes.data, host.nbytes,
                                                              call.stream))
     return buf.ptr
+
+
+def writable_twin(staged: np.ndarray, host: np.ndarray, writes: bool) -> np.ndarray:
+    """The array to copy a shared device copy back through: ``host`` where the kernel writes it
+    and ``staged``, the same memory seen first, is read-only (a read-only view of the array
+    written: copying the results back into it would fail), else ``staged``."""
+    return host if writes and not staged.flags.writeable else staged
 
 
 def device_values(host: np.ndarray) -> np.ndarray:

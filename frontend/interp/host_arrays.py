@@ -349,6 +349,10 @@ def interpreter_params(func: Function, bound: dict[str, Any]) -> tuple[dict[str,
                              p.name in written))
     _check_overlaps(args)
     views: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...]]] = {}
+    writable: dict[tuple[Any, ...], np.ndarray] = {}  # a writable array of each view, where one was passed:
+    for a in args:  # identical views share the memory, and a read-only twin must not be the one written
+        if a.arr.flags.writeable:
+            writable.setdefault(a.view_key, a.arr)
     copies_back: dict[tuple[Any, ...], Callable[[], None]] = {}
     objects_back: dict[int, Callable[[], None]] = {}
     pointer_params = [p for p in func.runtime_params if isinstance(p.type, T.PointerType | T.TensorType)]
@@ -357,7 +361,7 @@ def interpreter_params(func: Function, bound: dict[str, Any]) -> tuple[dict[str,
         in_place = arr.dtype == dt and arr.flags.c_contiguous
         if a.view_key not in views:
             if in_place:
-                flat = arr.reshape(-1)
+                flat = writable.get(a.view_key, arr).reshape(-1)
                 strides = tuple(s // arr.itemsize for s in arr.strides) if arr.ndim else ()
             else:
                 dense = np.ascontiguousarray(arr.astype(dt, copy=False))
