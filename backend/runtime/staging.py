@@ -200,21 +200,23 @@ def check_self_overlap(name: str, host: np.ndarray) -> None:
 
 def shared_host_copy(staged: Sequence[tuple[str, np.ndarray, bool]], name: str, host: np.ndarray,
                      writes: bool) -> int | None:
-    """Where the host array ``host`` (argument ``name``) goes among the host arrays
-    already staged for this launch, ``(name, array, written)`` each: the index of one covering the
-    very same bytes with the same strides, in the same byte order (share its device copy, as the GPU
-    would share the memory), or None (a copy of its own: a byte-swapped reading of the same bytes
-    has other values). Memory shared only in part, with either written, is
-    LaunchError SP0750: two copies would hide the writes through one from the other, and the last
-    copied back would win; so is a written array whose own elements share memory
-    (:func:`check_self_overlap`)."""
+    """Where the host array ``host`` (argument ``name``) goes among the host arrays already staged
+    for this launch, ``(name, array, written)`` each: the index of one covering the very same bytes
+    with the same shape and strides (any shapes where both are dense), in the same byte order (share
+    its device copy, as the GPU would share the memory), or None (a copy of its own: a byte-swapped
+    reading of the same bytes has other values, and so has a view of another shape over the same
+    span with the same strides, which a dimension of extent 1 allows). Memory shared only in part,
+    with either written, is LaunchError SP0750: two copies would hide the writes through one from
+    the other, and the last copied back would win; so is a written array whose own elements share
+    memory (:func:`check_self_overlap`)."""
     if writes:
         check_self_overlap(name, host)
     lo, hi = _byte_range(host)
     for i, (other, array, written) in enumerate(staged):
         a, b = _byte_range(array)
-        if hi > lo and (a, b) == (lo, hi) and (array.strides == host.strides or (array.flags.c_contiguous
-                                               and host.flags.c_contiguous)) and _same_copy(array, host):
+        same_layout = (array.strides == host.strides and array.shape == host.shape) or (
+            array.flags.c_contiguous and host.flags.c_contiguous)
+        if hi > lo and (a, b) == (lo, hi) and same_layout and _same_copy(array, host):
             return i
         if a < hi and lo < b and (writes or written) and _shares_memory(array, host):
             raise LaunchError(ARG_OVERLAP, f"host arrays `{other}` and `{name}` overlap in memory but are not "
