@@ -15,7 +15,8 @@ entries, docs/autotune.md) is not used here, so the two may split K differently 
 order of the f32 sums).
 
 ``jax.vmap`` over x and scale_x, at any depth, folds every batch into the tokens (one call); a
-batched bias runs one call per member (``jax.lax.map``); batching the weight raises SP0935.
+batched bias or weight (values, meta, scale_w: a stack of layers) runs one call per member
+(``jax.lax.map``).
 Gradients flow to x and the bias, not to the frozen weight (grad.py; SP0934 for the weight and for
 e4m3), and can be differentiated again (``jax.hessian``).
 :class:`SparseLinear` is the layer as a pytree dataclass (a Flax or Equinox module can hold one, or
@@ -43,7 +44,7 @@ from ...stdlib.sparsity.errors import SparsityError
 from ...stdlib.sparsity.formats import decompress, metadata_shape
 from ...stdlib.sparsity.hostarray import checked_flag
 from .call import call, check_concrete
-from .errors import SP_JAX_ARGUMENT, SP_JAX_LINEAR_INPUT, SP_JAX_NO_VMAP, JaxCallError
+from .errors import SP_JAX_ARGUMENT, SP_JAX_LINEAR_INPUT, JaxCallError
 from .grad import linear_jvp
 
 LINEAR_OPERANDS = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3"}
@@ -272,7 +273,7 @@ def sparse_linear(x: Any, values: Any, meta: Any, bias: Any = None, *, activatio
     backend the FFI handler runs the interpreter anyway). ``split_k`` overrides the split-K choice;
     it and the other options are static.
     ``jax.vmap`` (nested or not, any axes) over x and scale_x folds the batch into the tokens; over
-    the bias it runs one call per member; over the weight it is SP0935.
+    the bias or the weight (values, meta, scale_w, any of them) it runs one call per member.
     """
     _check_kinds({"x": x, "values": values, "meta": meta, "bias": bias, "scale_x": scale_x, "scale_w": scale_w})
     _check_concrete(x, values, meta, bias, scale_x, scale_w)
@@ -336,8 +337,7 @@ def _differentiable(forward: Any, pre_forward: Any, activation: str | None) -> A
 
 def _batched_linear(activation: str | None, out_dtype: Any, interpret: bool, split_k: int | None) -> Any:
     """``_linear`` with these static options as a function of the arrays, with its batching rule
-    (``_batched``): ``jax.vmap`` at any depth, any in_axes / out_axes, over x, scale_x and the bias;
-    over the weight, SP0935."""
+    (``_batched``): ``jax.vmap`` at any depth, any in_axes / out_axes, over any of the arrays."""
     statics = (activation, out_dtype, interpret, split_k)
     fn = jax.custom_batching.custom_vmap(lambda x, v, e, b, sx, sw: _linear(x, v, e, b, sx, sw, *statics))
     fn.def_vmap(functools.partial(_batched, fn))
@@ -351,21 +351,18 @@ def _batched(fn: Any, size: int, in_batched: list[bool], x: Any, v: Any, e: Any,
     on those: under an enclosing ``jax.vmap`` that call is batched by this rule in turn (folding
     that batch too), so every level of a nested vmap, and of a vmap of a function that vmaps, adds
     tokens to one kernel call. (Calling ``_linear`` here instead bound the kernel call under the
-    enclosing vmap, which cannot batch it: SP0935 for any nested vmap.)"""
+    enclosing vmap, which cannot batch it: SP0935 for any nested vmap.) A batched bias or weight
+    cannot be folded: one call per member."""
+    operands = {"x": x, "values": v, "meta": e, "bias": b, "scale_x": sx, "scale_w": sw}
     x_b, v_b, e_b, b_b, sx_b, sw_b = in_batched
-    weight = [what for what, batched in (("values", v_b), ("meta", e_b), ("scale_w", sw_b)) if batched]
-    if weight:
-        raise JaxCallError(SP_JAX_NO_VMAP, f"jax.vmap over the weight of sparse_linear is not supported: "
-                           f"{' and '.join(weight)} {'is' if len(weight) == 1 else 'are'} batched, and the kernel "
-                           "multiplies by one weight (values, meta, scale_w) per launch",
-                           help="vmap over x, bias and scale_x only; for several weights, loop over them: "
-                                "jax.lax.map(lambda w: sparse_linear(x, *w), (values, meta)) or jax.lax.scan "
-                                "(one launch per weight); under jax.vmap, a jax.lax.cond or jax.lax.switch with a "
-                                "batched predicate batches every operand of its branches, the weight too: compute "
-                                "the branches and choose with jnp.where(pred, layer_a(x), layer_b(x))")
-    if b_b:  # one bias per member, and the kernel adds one bias vector to all its tokens: a call per member
-        batched = {"b": b, **({"x": x} if x_b else {}), **({"sx": sx} if sx_b else {})}
-        return jax.lax.map(lambda m: fn(m.get("x", x), v, e, m["b"], m.get("sx", sx), sw), batched), True
+    if v_b or e_b or sw_b or b_b:
+        # One weight or bias per member, and the kernel multiplies by one weight and adds one bias vector
+        # to all its tokens: a call per member, each on its own slices of the batched operands (the
+        # unbatched ones shared). Any mix is well defined: batched values with an unbatched meta (the
+        # same kept positions), a batched scale_w alone. Under an enclosing vmap the map's body is
+        # batched in turn, reaching this rule again.
+        batched = {what: a for (what, a), on in zip(operands.items(), in_batched) if on}
+        return jax.lax.map(lambda m: fn(*(m.get(what, a) for what, a in operands.items())), batched), True
     lead = tuple(np.shape(x)[1:-1] if x_b else np.shape(x)[:-1])  # one member's token axes
     if not x_b:
         x = jnp.broadcast_to(x, (size, *np.shape(x)))

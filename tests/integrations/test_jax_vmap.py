@@ -1,8 +1,8 @@
 """jax.vmap of sparsile.jax.sparse_linear at any depth (integrations/jax/linear.py's batching rule),
 with any in_axes / out_axes, over x, a per-token or per-member scale_x and the bias, composed with
 jax.grad both ways and with jax.jit: every result equals the unbatched calls stacked and a float64
-reference. Batching the weight (values, meta, scale_w) stays SP0935, at any depth, naming the
-operand. Second derivatives (jax.hessian) and the other input checks found in the same review."""
+reference. Batching the weight (values, meta, scale_w): test_jax_vmap_weight.py. Second derivatives
+(jax.hessian) and the other input checks found in the same review."""
 
 from __future__ import annotations
 
@@ -139,37 +139,6 @@ def test_vmap_over_the_bias() -> None:
     y = jax.vmap(lambda b, xa: jax.vmap(lambda xb: call(xb, b))(xa), in_axes=(0, 1), out_axes=1)(biases[0], x)
     np.testing.assert_array_equal(np.asarray(y), np.swapaxes(
         _stack(lambda b, xa: _stack(lambda xb: call(xb, b), xa), biases[0], np.swapaxes(x, 0, 1)), 0, 1))
-
-
-# ------------------------------------------------------------------------------------------------
-# the weight stays unbatched
-
-
-def _refused(fn, operand: str) -> None:
-    with pytest.raises(JaxCallError) as info:
-        fn()
-    assert info.value.code == "SP0935"
-    assert info.value.message.startswith(f"jax.vmap over the weight of sparse_linear is not supported: {operand} "
-                                         "is batched, and the kernel multiplies by one weight"), info.value.message
-    assert "jax.lax.map" in info.value.help and "x, bias and scale_x" in info.value.help, info.value.help
-
-
-def test_batching_the_weight_is_sp0935_at_any_depth() -> None:
-    layer = _layer()
-    x = _rand((2, 3, K), 8)
-    v2, m2 = jnp.stack([layer.values] * 2), jnp.stack([layer.meta] * 2)
-    sw2 = _rand((2, N), 9)
-    _refused(lambda: jax.vmap(lambda v: sparse_linear(x[0], v, layer.meta))(v2), "values")
-    _refused(lambda: jax.vmap(lambda m: sparse_linear(x[0], layer.values, m))(m2), "meta")
-    _refused(lambda: jax.vmap(lambda s: sparse_linear(x[0], layer.values, layer.meta, scale_w=s))(sw2), "scale_w")
-    # the weight batched outside a vmap over x (it reached the kernel call: "cannot batch a sparsile kernel call")
-    _refused(lambda: jax.vmap(lambda v, xa: jax.vmap(lambda xb: sparse_linear(xb, v, layer.meta))(xa))(v2, x[:, None]),
-             "values")
-    _refused(lambda: jax.jit(jax.vmap(jax.vmap(lambda v, xb: sparse_linear(xb, v, layer.meta)), in_axes=(0, None)))(
-        jnp.stack([v2] * 2), x), "values")
-    # what the help says to do
-    y = jax.lax.map(lambda vm: sparse_linear(x[0], vm[0], vm[1], layer.bias), (v2, m2))
-    np.testing.assert_array_equal(np.asarray(y), np.stack([np.asarray(layer(x[0]))] * 2))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -326,23 +295,3 @@ def test_out_dtype_refused_by_its_name() -> None:
                                                              out_dtype=out_dtype))
         name = np.dtype(out_dtype).name
         assert (e.code, e.message) == ("SP0850", f"sparse_linear has no {name} output"), e.message
-
-
-def test_a_cond_with_a_batched_predicate_says_what_batched_the_weight() -> None:
-    """jax.vmap of a jax.lax.cond whose predicate is batched runs both branches with every operand
-    batched (jax broadcasts them), the layers' weights too: SP0935, whose help said only to vmap over
-    x, bias and scale_x, which the program did. The help names the cond and what works instead,
-    jnp.where of both layers, checked here against the members one by one."""
-    a, b = _layer(), SparseLinear.from_dense(np.asarray(_rand((N, K), 11)), "f16", activation="relu")
-    x = _rand((4, 3, K), 12)
-    pred = jnp.asarray([True, False, True, False])
-    with pytest.raises(JaxCallError) as info:
-        jax.vmap(lambda p, xi: jax.lax.cond(p, a, b, xi))(pred, x)
-    e = info.value
-    assert e.code == "SP0935" and "jax.lax.map" in e.help
-    assert e.help.endswith("; under jax.vmap, a jax.lax.cond or jax.lax.switch with a batched predicate batches "
-                           "every operand of its branches, the weight too: compute the branches and choose with "
-                           "jnp.where(pred, layer_a(x), layer_b(x))"), e.help
-    got = jax.jit(jax.vmap(lambda p, xi: jnp.where(p, a(xi), b(xi))))(pred, x)
-    want = np.stack([np.asarray(a(x[i]) if bool(pred[i]) else b(x[i])) for i in range(4)])
-    np.testing.assert_array_equal(np.asarray(got), want)
