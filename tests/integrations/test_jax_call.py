@@ -4,6 +4,7 @@ host-callback path (interpret=True), and the trace-time checks (shapes, dtypes, 
 from __future__ import annotations
 
 import importlib
+import re
 import subprocess
 import sys
 import warnings
@@ -177,7 +178,15 @@ def test_input_output_aliases_take_numpy_integers(interpret: bool, aliases: dict
                          2.0 * np.abs(x.astype(np.float64)) + np.abs(y))
     text = jax.jit(lambda a, b: f(a, b, aliases)).lower(x, y).as_text()
     assert interpret or "output_operand_alias" in text  # (the callback's program aliases nothing)
-    assert text == jax.jit(lambda a, b: f(a, b, {1: 0})).lower(x, y).as_text()
+    assert _callback_masked(text) == _callback_masked(jax.jit(lambda a, b: f(a, b, {1: 0})).lower(x, y).as_text())
+
+
+def _callback_masked(text: str) -> str:
+    """``text`` with the descriptor of its ``jax.pure_callback`` (if any) replaced by a name: some jax
+    releases (0.4.36) lower each callback with its own, a host address (a constant operand and the
+    custom call's backend_config), so two lowerings of the same call differ there only."""
+    found = re.search(r'@xla_python_cpu_callback\(.*backend_config = "(\d+)"', text)
+    return text if found is None else re.sub(rf"\b{found.group(1)}\b", "<callback>", text)
 
 
 def test_kernel_may_write_an_aliased_input() -> None:

@@ -74,7 +74,15 @@ def test_debug_nans_names_the_call(interpret: bool) -> None:
         got = np.asarray(jax.jit(lambda x: _root(x, interpret) * 2)(x), np.float64)  # (no NaN: runs)
         np.testing.assert_allclose(got, 2 * np.sqrt(x.astype(np.float64)), rtol=2**-22)
         x[5] = -1.0
-        for run in (jax.jit(lambda x: _root(x, interpret) * 2), lambda x: _root(x, interpret)):
+        # (jax 0.4.36 re-runs the jitted function with the checks off, so it names no primitive, its own
+        # sqrt neither: the jitted call is then worded as jax words a jitted jnp.sqrt)
+        with pytest.raises(FloatingPointError) as own:
+            jax.jit(lambda x: jnp.sqrt(x) * 2)(x)
+        names = str(own.value).startswith("invalid value (nan) encountered in sqrt")
+        for run, jitted in ((jax.jit(lambda x: _root(x, interpret) * 2), True), (lambda x: _root(x, interpret), False)):
             with pytest.raises(FloatingPointError) as info:
                 run(x)
-            assert str(info.value).startswith("invalid value (nan) encountered in sparsile_call"), str(info.value)
+            if names or not jitted:
+                assert str(info.value).startswith("invalid value (nan) encountered in sparsile_call"), str(info.value)
+            else:
+                assert str(info.value) == str(own.value), str(info.value)
