@@ -12,8 +12,9 @@ itself: eager, under ``jax.jit`` (the layer an argument or a closure).
 
 Transforms: ``jax.vmap`` one or two deep with in_axes / out_axes on any token axis (x and a
 per-token or per-member scale_x batched with it, or an unbatched one), ``jax.lax.scan`` and
-``jax.lax.fori_loop`` bodies, donated x; ``jax.vmap`` over two weights (values, meta, scale_w in any mix); ``jax.grad`` / ``jax.vjp`` of x (and the bias) against
-float64 ``(dy * act'(pre) * scales) @ W_pruned``, under jit and vmap.
+``jax.lax.fori_loop`` bodies, donated x; ``jax.vmap`` over two weights (values, meta, scale_w in any
+mix); ``jax.grad`` / ``jax.vjp`` of x (and the bias) against float64
+``(dy * act'(pre) * scales) @ W_pruned``, under jit and vmap.
 
 The reference and its bound are tests/support/linear_reference.assert_matches (x as the kernel
 multiplies it: as jax holds it, then cast to the weight's type). Illegal inputs must raise a sparsile
