@@ -15,7 +15,7 @@ from sparsile.tests.support import ROOT
 
 pytest.importorskip("jax")
 
-PROPERTY_TESTS = 6
+PROPERTY_TESTS = 7
 """The tests of test_jax_properties.py (its ``@given`` functions)."""
 
 
