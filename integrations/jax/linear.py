@@ -46,6 +46,7 @@ from ...stdlib.sparsity.hostarray import checked_flag
 from .call import call, check_concrete
 from .errors import SP_JAX_ARGUMENT, SP_JAX_LINEAR_INPUT, JaxCallError
 from .grad import linear_jvp
+from .primitive import check_special
 
 LINEAR_OPERANDS = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3"}
 """values element type -> the operand type of its ``sparse_linear_<t>`` kernel."""
@@ -288,7 +289,13 @@ def sparse_linear(x: Any, values: Any, meta: Any, bias: Any = None, *, activatio
     if activation is not None:  # the float32 pre-activations the rule differentiates the activation at
         pre_forward = _differentiable(_batched_linear(None, "float32", interpret, split_k), None, None)
     run = _differentiable(_batched_linear(activation, out_dtype, interpret, split_k), pre_forward, activation)
-    return run(x, values, meta, bias, scale_x, scale_w)
+    y = run(x, values, meta, bias, scale_x, scale_w)
+    if not isinstance(y, jax.core.Tracer):
+        # (an eager call: jax runs the batching wrapper's body with jax_debug_nans off, as it runs any
+        # jax.custom_batching.custom_vmap function, so the kernel call's own check saw no NaN; infinities
+        # it saw, jax_debug_infs staying on)
+        check_special([y])
+    return y
 
 
 def _check_options(activation: Any, out_dtype: Any) -> None:

@@ -44,28 +44,30 @@ def _impl(*args: Any, **params: Any) -> Any:
     fn = _eager.get(key)
     if fn is None:
         fn = _eager[key] = jax.jit(lambda *a: sparsile_call_p.bind(*a, **params))
-    nans, infs = bool(jax.config.jax_debug_nans), bool(jax.config.jax_debug_infs)
     with contextlib.ExitStack() as scope:
         scope.enter_context(jax.disable_jit(False))
         for switch in (getattr(jax, "debug_nans", None), getattr(jax, "debug_infs", None)):
             if switch is not None:
                 scope.enter_context(switch(False))
         outs = fn(*args)
-    if nans or infs:
-        _check_special(outs, nans, infs)
+    check_special(outs)
     return outs
 
 
-def _check_special(outs: Any, nans: bool, infs: bool) -> None:
-    """FloatingPointError for a NaN (``nans``) or an infinity (``infs``) in a floating-point
-    output, worded as jax words it for its own primitives."""
+def check_special(outs: Any, name: str = sparsile_call_p.name) -> None:
+    """With ``jax_debug_nans`` (``jax_debug_infs``) on, FloatingPointError for a NaN (an infinity)
+    in a floating-point output among ``outs`` (concrete arrays), worded as jax words it for its own
+    primitives, naming ``name``."""
+    nans, infs = bool(jax.config.jax_debug_nans), bool(jax.config.jax_debug_infs)
+    if not (nans or infs):
+        return
     for out in outs:
         if not jax.numpy.issubdtype(out.dtype, jax.numpy.inexact):
             continue
         host = np.asarray(out)
         for on, test, what in ((nans, np.isnan, "nan"), (infs, np.isinf, "inf")):
             if on and test(host).any():
-                raise FloatingPointError(f"invalid value ({what}) encountered in {sparsile_call_p.name}")
+                raise FloatingPointError(f"invalid value ({what}) encountered in {name}")
 
 
 sparsile_call_p.def_impl(_impl)

@@ -86,3 +86,31 @@ def test_debug_nans_names_the_call(interpret: bool) -> None:
                 assert str(info.value).startswith("invalid value (nan) encountered in sparsile_call"), str(info.value)
             else:
                 assert str(info.value) == str(own.value), str(info.value)
+
+
+@pytest.mark.parametrize("interpret", [False, True], ids=["ffi", "callback"])
+def test_debug_nans_and_infs_name_an_eager_sparse_linear(interpret: bool) -> None:
+    """An eager sparse_linear (SparseLinear) with ``jax_debug_nans`` / ``jax_debug_infs``: a NaN or
+    an infinity in y is jax's FloatingPointError naming sparsile_call (the kernel call, as for
+    sparsile.jax.call). jax runs the body of a jax.custom_batching.custom_vmap function (the layer's
+    batching wrapper) with jax_debug_nans off, so the kernel call's own check saw no NaN and y came
+    back with NaNs, silently (infinities it saw: jax_debug_infs stays on there)."""
+    rng = np.random.default_rng(2)
+    w = (rng.uniform(0.25, 1.0, (16, 64)) * rng.choice([-1, 1], (16, 64))).astype(np.float32)
+    layer = SparseLinear.from_dense(w, "f16", bias=rng.standard_normal(16).astype(np.float32), interpret=interpret)
+    x = (rng.uniform(0.25, 1.0, (3, 64)) * rng.choice([-1, 1], (3, 64))).astype(np.float32)
+    with jax.debug_nans(True):
+        got = np.asarray(layer(x), np.float64)  # (no NaN: runs, and equals the unchecked call)
+        np.testing.assert_array_equal(got, np.asarray(jax.jit(layer)(x), np.float64))
+        bad = x.copy()
+        bad[1, 7] = np.nan
+        with pytest.raises(FloatingPointError) as info:
+            layer(bad)
+        assert str(info.value) == "invalid value (nan) encountered in sparsile_call"
+        with pytest.raises(FloatingPointError):  # (jitted: jax's own check of the jitted function's output)
+            jax.jit(layer)(bad)
+    with jax.debug_infs(True):
+        with pytest.raises(FloatingPointError) as info:  # f16 overflows: |y| ~ 1e4 * 64 > 65504
+            SparseLinear(layer.values, layer.meta, out_dtype="float16", interpret=interpret)(x * 1e4)
+        assert str(info.value) == "invalid value (inf) encountered in sparsile_call"
+    assert not np.isfinite(np.asarray(layer(bad))).all()  # (checks off: the NaN comes back)
