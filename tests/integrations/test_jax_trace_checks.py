@@ -4,6 +4,9 @@ XLA (SP0936) or as an exception from jax's internals; and the SP0934 help names 
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+
 import numpy as np
 import pytest
 
@@ -69,10 +72,8 @@ def test_an_overflowing_float_scalar_is_refused_while_tracing() -> None:
 
 # -- symbolic (shape-polymorphic) dimensions: SP0932 while tracing --------------------------------------
 
-try:  # (jax 0.4.36 imports jax.export only when asked, and it needs absl-py, which that jax does not install)
-    import jax.export
-except ImportError:
-    pass
+with contextlib.suppress(ImportError):  # (jax 0.4.36 imports jax.export only when asked, and it needs absl-py,
+    importlib.import_module("jax.export")  # which that jax does not install)
 _NO_CHECK = [jax.export.DisabledSafetyCheck.custom_call("sparsile_call")] if hasattr(jax, "export") else []
 
 
