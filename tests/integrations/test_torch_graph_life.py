@@ -25,6 +25,7 @@ from sparsile.integrations.torch.last_call import LastCall  # noqa: E402
 from sparsile.integrations.torch.record_cache import RecordCache  # noqa: E402
 from sparsile.tests.integrations.record_fakes import _Prepared, _weight  # noqa: E402
 from sparsile.tests.integrations.record_fakes import fake as fake  # noqa: E402 (a fixture)
+from sparsile.tests.support.frozen_heap import frozen_heap as frozen_heap  # noqa: E402 (a fixture: autouse)
 
 _CALLBACK = c.CFUNCTYPE(None, c.c_void_p)
 
