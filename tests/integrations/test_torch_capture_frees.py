@@ -19,6 +19,7 @@ pytest.importorskip("llvmlite")
 from sparsile.backend.runtime import capture_mode
 from sparsile.integrations.torch import _kernels as kernels
 from sparsile.integrations.torch import capture_frees, graph_life
+from sparsile.tests.support.frozen_heap import frozen_heap as frozen_heap  # (a fixture: autouse)
 
 
 class _Tensors:
