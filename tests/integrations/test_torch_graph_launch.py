@@ -20,6 +20,7 @@ from sparsile.tests.integrations.record_fakes import _weight  # noqa: E402
 from sparsile.tests.integrations.record_fakes import fake as fake  # noqa: E402 (a fixture)
 from sparsile.tests.support.capture_modes import GLOBAL, THREAD_LOCAL  # noqa: E402
 from sparsile.tests.support.capture_modes import modes as modes  # noqa: E402 (a fixture)
+from sparsile.tests.support.frozen_heap import frozen_heap as frozen_heap  # noqa: E402 (a fixture: autouse)
 
 CAPTURE_STREAM = 4242
 
