@@ -27,6 +27,7 @@ from sparsile.tests.integrations.record_fakes import (  # noqa: E402
     frees_wait_for_a_capture_on,
 )
 from sparsile.tests.integrations.record_fakes import fake as fake  # noqa: E402 (a fixture)
+from sparsile.tests.support.frozen_heap import frozen_heap as frozen_heap  # noqa: E402 (a fixture: autouse)
 
 
 def _pdl_wanted_and_logged(fake, monkeypatch) -> tuple[list[bool], list]:
