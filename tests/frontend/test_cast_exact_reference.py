@@ -16,6 +16,8 @@ one rounding and two part ways."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from fractions import Fraction
 from typing import NamedTuple
 
@@ -160,6 +162,31 @@ def reference(v: Value, src: str, dst: str) -> Value:
     return round_to(v, FMT[dst])
 
 
+_REFERENCES: dict[str, dict[tuple, Value]] = {}
+"""What :func:`reference` gave, by source type, then by value (its type and a float's sign in the key:
+``0.0``, ``-0.0`` and ``Fraction(0)`` are equal and hash alike but convert differently) and destination
+type. A source type's entries (some 20,000, a few MB) are dropped by the last test that reads them."""
+
+
+def remembered_reference(v: Value, src: str, dst: str) -> Value:
+    """:func:`reference`, computed once per value and pair of types in this process: both tests of a
+    source type convert its thousands of values next to the ties (the same values in both) to nearly
+    every type, which was most of their time (exact rational arithmetic in Python)."""
+    known = _REFERENCES.setdefault(src, {})
+    key = (type(v), v, math.copysign(1.0, v) if isinstance(v, float) else 1.0, dst)
+    found = known.get(key)
+    if found is None:
+        found = known[key] = reference(v, src, dst)
+    return found
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _forget_references() -> Iterator[None]:
+    """No remembered conversions outlive the module (where its last test did not run: ``-k``)."""
+    yield
+    _REFERENCES.clear()
+
+
 def inputs(src: str, rng: np.random.Generator) -> list[Value]:
     """Values of ``src``: specials, random bit patterns, and values on and next to the ties of
     every destination format (and next to f32's, so that rounding through f32 lands on a tie)."""
@@ -238,6 +265,19 @@ def test_the_reference_formats() -> None:
     assert round_to(Fraction(464), FMT["e4m3"], saturate=True) == 448  # a tie to even, below the clamp
 
 
+def test_the_remembered_reference_tells_equal_values_of_other_kinds_apart() -> None:
+    """0.0, -0.0 and Fraction(0) (equal, hashed alike) each get their own conversion, whichever came first."""
+    for order in ((0.0, -0.0, Fraction(0)), (Fraction(0), -0.0, 0.0)):
+        _REFERENCES.clear()
+        for v in order:
+            for dst in ("f16", "i8", "e4m3"):
+                got, want = remembered_reference(v, "f32", dst), reference(v, "f32", dst)
+                assert type(got) is type(want) and _same(got, want), (v, dst, got, want)
+    negative_zero = remembered_reference(-0.0, "f32", "f16")
+    assert negative_zero == 0 and math.copysign(1, negative_zero) < 0
+    _REFERENCES.clear()
+
+
 @pytest.mark.parametrize("src", FLOATS + INTS)
 def test_every_conversion_rounds_as_the_gpu_does(src: str) -> None:
     rng = np.random.default_rng(sum(map(ord, src)))
@@ -248,7 +288,7 @@ def test_every_conversion_rounds_as_the_gpu_does(src: str) -> None:
     for dst in [t for t in FLOATS + INTS if t != src]:  # sema emits no conversion to the same type
         got = _read(cast_array(x, _type(src), _type(dst)), dst)
         bad += [(dst, v, g, w) for v, g in zip(vals, got, strict=True)
-                if not _same(g, w := reference(v, src, dst))]
+                if not _same(g, w := remembered_reference(v, src, dst))]
     assert not bad, [(d, str(v), str(g), str(w)) for d, v, g, w in bad[:6]] + [len(bad)]
 
 
@@ -264,5 +304,6 @@ def test_the_program_fuzzers_reference_converts_as_the_gpu_does(src: str) -> Non
     for dst in [t for t in FLOATS + INTS if t != "tf32"]:
         got = _read(np.asarray(program_gen.convert(x, src, dst)).astype(_type(dst).numpy_dtype), dst)
         bad += [(dst, v, g, w) for v, g in zip(vals, got, strict=True)
-                if not _same(g, w := reference(v, src, dst))]
+                if not _same(g, w := remembered_reference(v, src, dst))]
+    _REFERENCES.pop(src, None)  # (the last test that reads them)
     assert not bad, [(d, str(v), str(g), str(w)) for d, v, g, w in bad[:6]] + [len(bad)]
