@@ -491,6 +491,28 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
     ;;
+a67r)  # issue 12's acceptance rows on an H200 (three passes; about 300 s): a call of its own before a67
+    run 300 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
+        --passes 3 --json "$out/linear-passes-67.json"
+    ;;
+a67)  # the GPU files never run (the fifty-seventh session's: byte order, strided host arrays, bool operands, the fused
+     # graph replay; the fifty-eighth's: host views sharing a device copy, a released group's padded records), the
+     # fifty-sixth session's unrun GPU cases, then the fifty-eighth session's CPU files under the device's torch and
+     # jax (GPU backend); about 440 s, one call
+    run 170 python -m pytest -q -m gpu -n 8 --timeout 120 -rfEs --dist worksteal --junitxml="$out/junit-a67.xml" \
+        tests/gpu/test_byte_order_gpu.py tests/gpu/test_strided_host_gpu.py tests/stdlib/test_dense_operand_types.py \
+        tests/gpu/test_torch_fuse_graph_gpu.py tests/gpu/test_host_view_aliasing_gpu.py tests/backend/test_host_staging.py \
+        tests/gpu/test_jax_gpu.py tests/stdlib/test_sparsity_gpu.py
+    run 150 python -m pytest -q -m gpu -n 8 --timeout 150 -rfEs --dist worksteal --junitxml="$out/junit-a67b.xml" \
+        tests/frontend tests/stdlib/test_out_aliasing.py "tests/stdlib/test_decode_api.py::test_gpu_pdl_reads_what_the_previous_kernel_wrote" \
+        tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_kept_launches_gpu.py tests/gpu/test_torch_linear_gpu.py
+    run 120 python -m pytest -q -n 8 -rfE tests/integrations/test_torch_fuse.py tests/integrations/test_torch_fuse_writes.py \
+        tests/integrations/test_torch_fuse_release.py tests/integrations/test_torch_fuse_inference.py \
+        tests/integrations/test_torch_fuse_hooks.py tests/integrations/test_torch_noted_streams.py \
+        tests/integrations/test_torch_layer_state.py tests/integrations/test_jax_vmap_weight.py \
+        tests/integrations/test_jax_disable_jit.py tests/integrations/test_jax_x64_outputs.py \
+        tests/integrations/test_jax_operand_kinds.py tests/integrations/test_jax_sharding.py
+    ;;
 a66t)  # a66s's first step alone (a device budget of about five minutes)
     run 180 python -m pytest -q -m gpu -n 8 --timeout 120 -rfEs --dist worksteal --junitxml="$out/junit-a66t.xml" \
         tests/gpu/test_byte_order_gpu.py tests/gpu/test_strided_host_gpu.py tests/stdlib/test_dense_operand_types.py \
