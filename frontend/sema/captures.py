@@ -67,6 +67,21 @@ class _Read:
         return True
 
 
+class _Fold(_Read):
+    """A fold that ran the code of a user's class (``if cfg:`` with a ``__bool__``): ``fetch()`` runs
+    it again, and its result is compared by fingerprint (note_fold); only :meth:`unchanged` calls it
+    (``by_value``), and an exception there is a change."""
+
+    __slots__ = ()
+
+    def unchanged(self) -> bool:
+        try:
+            now = self.fetch()
+        except Exception:  # the code fails now: a change (the new compile reports it)
+            return False
+        return now is self.obj or (type(now) is type(self.obj) and fingerprint(now) == self.fp)
+
+
 def _same_identity_kind(a: Any, b: Any) -> bool:
     """Objects compared by identity (kernels, helpers, arbitrary objects) must be the same one,
     in tuples and lists too."""
@@ -127,14 +142,14 @@ class CaptureSet:
             if now is not obj:
                 return self._check_each()
         for r in self._rest:  # a C call and an identity test per read
-            if (r.fetch() is not r.obj or r.by_value) and not r.unchanged():
+            if (r.by_value or r.fetch() is not r.obj) and not r.unchanged():
                 return False
         return True
 
     def _check_each(self) -> bool:
         """Every read compared by value (some global is another object now)."""
         for r in self.reads:
-            if (r.fetch() is not r.obj or r.by_value) and not r.unchanged():
+            if (r.by_value or r.fetch() is not r.obj) and not r.unchanged():
                 return False
         self._regroup()  # equal values in new objects: the inline identity test holds again
         return True
@@ -175,6 +190,8 @@ def _describe(where: tuple[Any, ...]) -> str:
         return f"the annotation of parameter `{where[2]}` of `{where[1]}`"
     if kind == "folded":
         return f"the fields of a {where[1][1]} the kernel compared"
+    if kind == "fold":
+        return f"what {where[1]} gave at line {where[2][0]} of the kernel (its class's own code ran)"
     return f"attribute `{where[2]}` of {where[1][0]} {where[1][1]}"
 
 
@@ -228,6 +245,18 @@ def note_folded(obj: Any) -> None:
     if getattr(_state, "stack", None) and fields_may_change(obj):
         _note(("folded", id(obj)), lambda: _Read(lambda: obj, ("folded", fingerprint(obj)[:2], ""), obj,
                                                  by_value=True))
+
+
+def note_fold(use: str, operands: tuple[Any, ...], position: tuple[int, int], recompute: Callable[[], Any],
+              result: Any) -> None:
+    """Record that a kernel folded ``use`` (`` `==` ``, ``the condition``) of the Python values
+    ``operands`` at ``position`` (line and column in its source) to ``result``, running the code of a
+    user's class (frontend/sema/class_code.py): the result is part of the disk key, and every check
+    calls ``recompute`` (which folds them again) and compares what it gives (an exception is a change)."""
+    if getattr(_state, "stack", None):
+        where = ("fold", use, position, tuple(fingerprint(x) for x in operands))
+        _note(("fold", use, position, tuple(map(id, operands))),
+              lambda: _Fold(recompute, where, result, by_value=True))
 
 
 def _attr_fetch(base: Any, attr: str) -> Callable[[], Any]:

@@ -13,7 +13,7 @@ from ..ir import types as T
 from ..ir.core import Value
 from ..spans import Span
 from .emitter import INTEGER_CONSTANT_RANGE, describe
-from .keyed_values import check_keyed
+from .keyed_values import keyed_fold
 from .values import POISON, Arg, Const
 
 PY_FOLDABLE = frozenset({"len", "int", "float", "bool", "abs", "min", "max", "tuple", "str", "isinstance"})
@@ -74,9 +74,12 @@ class PyBuiltin:
         except Exception as e:  # a wrong constant argument: report it at the call
             msg = f"`{self.name}` failed on compile-time values: {e}"
             raise CompileError([Diagnostic("SP0331", msg, span)]) from None
-        for a in args:  # (`float(v)` ran the object's `__float__`; `len` of a tuple runs no element's code)
-            if self.name != "isinstance" and not (isinstance(a.value, tuple) and self.name in ("len", "tuple")):
-                check_keyed(f"`{self.name}`", a.value, a.span)
+        # (`float(v)` ran the object's `__float__`; `len` of a tuple runs no element's code)
+        folded = [(a.value, a.span) for a in args
+                  if self.name != "isinstance" and not (isinstance(a.value, tuple) and self.name in ("len", "tuple"))]
+        if folded:
+            fn = getattr(py, self.name)
+            keyed_fold(f"`{self.name}`", folded, span, lambda: fn(*vals), r)
         return as_sv(r)
 
     def __repr__(self) -> str:

@@ -53,6 +53,16 @@ def c_mod(a: int, b: int) -> int:
     return a - b * c_floordiv(a, b)
 
 
+def plain_number(value: Any) -> Any:
+    """An instance of a subclass of ``int`` or ``float`` (an ``IntEnum`` member, ``class Size(int)``)
+    as its plain value, whatever its own ``__int__`` / ``__float__`` says: what its compile cache key
+    holds (frontend/sema/fingerprints.py), and what NumPy computes with."""
+    kind = type(value)
+    if kind is int or kind is float or kind is bool or not isinstance(value, int | float) or isinstance(value, bool):
+        return value
+    return int.__int__(value) if isinstance(value, int) else float.__float__(value)
+
+
 class Emitter:
     def __init__(self, builder: Builder, sema: Sema):
         self.builder = builder
@@ -77,6 +87,7 @@ class Emitter:
         return self.create(name, operands, [result_type], attrs).result
 
     def constant(self, value: Any, type: T.Type) -> Value:
+        value = plain_number(value)
         elem = T.element_type(type)
         if isinstance(elem, T.ScalarType):
             if elem.is_float:  # an integer rounds once to the type (rule 8), not through float64 first
@@ -168,6 +179,7 @@ class Emitter:
         if isinstance(v, Const) and v.dtype is not None:  # a typed constant: a value of its type, not weak
             return self.constant(v.value, v.dtype)
         if isinstance(v, Const) and isinstance(v.value, bool | int | float) and v.value is not None:
+            v = Const(plain_number(v.value))
             if isinstance(like, T.ScalarType | T.PointerType | T.TileType):
                 elem = T.element_type(like)
                 if isinstance(elem, T.ScalarType):

@@ -16,7 +16,9 @@ imports); any other object by identity in the process and its type's name on dis
 instance's or ``SimpleNamespace``'s fields too: ``cfg == FAST`` compares them, and where a kernel
 folds such an object's value its fields are compared at every check), together with each
 attribute a kernel reads from it. Folding the value of an object keyed by its type alone is
-refused (:func:`unkeyed_part`; SP0254, frontend/sema/keyed_values.py).
+refused (:func:`unkeyed_part`; SP0254, frontend/sema/keyed_values.py). A value is keyed without its
+class's code: where a fold runs a special method of a user's class, what it gave is keyed
+(frontend/sema/class_code.py, captures.note_fold).
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ def fingerprint(obj: Any) -> tuple[Any, ...]:
     if isinstance(obj, pytypes.FunctionType | pytypes.BuiltinFunctionType):
         return ("function", f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', '?')}")
     label = f"{module}.{kind.__qualname__}"
-    fields = _field_values(obj)
+    fields = field_values(obj)
     if fields is None:
         return ("object", label)
     path: list[int] = _fields_path.__dict__.setdefault("ids", [])  # the objects whose fields are being read
@@ -130,7 +132,7 @@ def unkeyed_part(obj: Any, depth: int = 0) -> Any:
         return next((p for p in (unkeyed_part(x, depth) for x in obj) if p is not None), None)
     if (getattr(kind, "__module__", "") or "").startswith("sparsile.frontend"):
         return None  # the language's own objects (types, builtins, namespaces): what their key names
-    fields = _field_values(obj)
+    fields = field_values(obj)
     if fields is not None:
         if depth >= _MAX_FIELD_DEPTH or (kind is not pytypes.SimpleNamespace and kind.__eq__ is object.__eq__):
             return obj
@@ -160,7 +162,7 @@ _MAX_FIELD_DEPTH = 8
 another; deeper ones (and one met again inside itself) by their type alone."""
 
 
-def _field_values(obj: Any) -> list[tuple[str, Any]] | None:
+def field_values(obj: Any) -> list[tuple[str, Any]] | None:
     """A dataclass instance's fields or a ``SimpleNamespace``'s attributes, by name; None for any
     other object."""
     if type(obj) is pytypes.SimpleNamespace:
@@ -186,7 +188,7 @@ def fields_may_change(obj: Any, depth: int = 0) -> bool:
     """Whether ``obj`` is a ``SimpleNamespace`` or a dataclass instance whose fields may change in
     place (``cfg.block = 2``, which ``cfg == FAST`` compares): one that is not frozen, or a frozen
     one holding such an object or a list (or nested deeper than its fingerprint reads)."""
-    fields = _field_values(obj)
+    fields = field_values(obj)
     if fields is None:
         return False
     kind = type(obj)

@@ -8,15 +8,21 @@ an operator, a truth test or a builtin that runs its Python code (``v == w``, ``
 ``__bool__``, ``float(v)``, ``len(v)``, ``v in t``) would fold a value that no key holds, and two
 processes (or one object changed in place) would share compiled code for other values. Such a use
 is refused at its source, with a help naming what to capture instead.
+
+A value that is keyed (a dataclass instance by its fields, an enum member by its name and value)
+may still fold through the code of its class (a ``__bool__`` or ``__eq__`` of its own): that code
+is not in the key, so the fold's result is (:func:`keyed_fold`, frontend/sema/class_code.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..diagnostics import CompileError, Diagnostic
 from ..spans import Span
-from .captures import note_folded
+from .captures import note_fold, note_folded
+from .class_code import runs_own_code
 from .fingerprints import unkeyed_part
 from .values import Const
 
@@ -61,6 +67,32 @@ def check_keyed(use: str, value: Any, span: Span) -> None:
     _note_folded(value)
 
 
+def python_value(value: Any) -> Any:
+    """The Python value of a sema value: a constant's value, a tuple of them."""
+    if isinstance(value, Const):
+        return value.value
+    if isinstance(value, tuple):
+        return tuple(map(python_value, value))
+    return value
+
+
+def keyed_fold(use: str, operands: Sequence[tuple[Any, Span]], span: Span, recompute: Callable[[], Any],
+               result: Any) -> None:
+    """:func:`check_keyed` of each operand (a sema value and its span) of a fold of ``use`` at
+    ``span`` that gave ``result``; where the fold ran the code of a user's class, ``result`` is
+    keyed (captures.note_fold: ``recompute`` folds the operands again) and must itself be keyed."""
+    for value, at in operands:
+        check_keyed(use, value, at)
+    values = tuple(python_value(v) for v, _ in operands)
+    if runs_own_code(values):
+        part = unkeyed_part(result)
+        if part is not None:
+            raise CompileError([Diagnostic(
+                "SP0254", f"{use} gives a Python object of type `{type(part).__qualname__}`, which the compile cache "
+                          "cannot key", span, help=HELP)])
+        note_fold(use, values, (span.line, span.col), recompute, result)
+
+
 def keyed_truth(value: Any, span: Span, use: str = "the condition") -> bool:
     """The truth value of a constant or a tuple (``if v:``): SP0254 when it runs the ``__bool__`` or
     ``__len__`` of an object no key holds the value of (without either, such an object is true)."""
@@ -71,4 +103,7 @@ def keyed_truth(value: Any, span: Span, use: str = "the condition") -> bool:
     if part is not None and (hasattr(type(part), "__bool__") or hasattr(type(part), "__len__")):
         raise unkeyed_error(use, part, span)
     note_folded(v)  # (a dataclass's own `__bool__` reads its fields)
-    return bool(v)
+    truth = bool(v)
+    if runs_own_code((v,)):
+        note_fold(use, (v,), (span.line, span.col), lambda: bool(v), truth)
+    return truth

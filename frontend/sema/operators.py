@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import operator
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ from ..syntax import ast as A
 from .constant_kinds import NUMERIC_UNARY, check_number_use, check_operands
 from .consts import NOT_CONSTANT, python_constant
 from .emitter import MAX_CONSTANT_BITS, ConstantTooLarge, Emitter, check_integer_constant, describe, fold_binary
-from .keyed_values import check_keyed, keyed_truth
+from .keyed_values import keyed_fold, keyed_truth
 from .operand_help import membership_help
 from .typed_fold import fold_integer_power, fold_typed, is_integer_power, is_typed
 from .values import POISON, Arg, Const, PoisonError
@@ -51,15 +52,16 @@ class OperatorMixin:
             if op == "/" and isinstance(a.value, int) and isinstance(b.value, int):  # rule 6: as run-time integers
                 for c, sp in ((a, a_span), (b, b_span)):
                     check_integer_constant(c.value, sp, "integer `/`")
-            folded = self._fold(op, a.value, b.value, span)
-            check_keyed(f"`{op}`", a, a_span)  # (`v == w` ran the objects' Python code: SP0329 first where it failed)
-            check_keyed(f"`{op}`", b, b_span)
+            x, y = a.value, b.value
+            folded = self._fold(op, x, y, span)
+            # (`v == w` ran the objects' Python code: SP0329 first where it failed)
+            keyed_fold(f"`{op}`", ((a, a_span), (b, b_span)), span, lambda: _fold_value(op, x, y), folded.value)
             return folded
         if isinstance(a, tuple) or isinstance(b, tuple):
             folded = self._tuple_binop(op, a, b, span)
             if isinstance(folded, Const):  # (a comparison folded: `+` and `*` run no element's code)
-                check_keyed(f"`{op}`", a, a_span)
-                check_keyed(f"`{op}`", b, b_span)
+                ca, cb = python_constant(a), python_constant(b)
+                keyed_fold(f"`{op}`", ((a, a_span), (b, b_span)), span, lambda: _fold_value(op, ca, cb), folded.value)
             return folded
         for v, sp in ((a, a_span), (b, b_span)):
             if not isinstance(v, Value | Const):
@@ -97,12 +99,7 @@ class OperatorMixin:
 
     def _fold(self, op: str, x: Any, y: Any, span: Span) -> Const:
         try:
-            if op == "@":
-                raise TypeError
-            if isinstance(x, tuple) or isinstance(y, tuple):
-                if op in ("==", "!="):
-                    return Const((x == y) if op == "==" else (x != y))
-            return Const(fold_binary(op, x, y))
+            return Const(_fold_value(op, x, y))
         except ZeroDivisionError:
             raise CompileError([Diagnostic("SP0330", "division by zero in a constant expression", span)]) from None
         except ConstantTooLarge:
@@ -126,12 +123,13 @@ class OperatorMixin:
         if isinstance(v, Const):
             if node.op == "not":
                 return Const(not keyed_truth(v, node.operand.span, "`not`"))
+            fold, x = {"-": operator.neg, "+": operator.pos, "~": _invert}[node.op], v.value
             try:
-                folded = Const({"-": lambda a: -a, "+": lambda a: +a, "~": _invert}[node.op](v.value))
+                folded = Const(fold(x))
             except (TypeError, ValueError):
                 msg = f"`{node.op}` is not defined on {v.value!r}"
                 raise CompileError([Diagnostic("SP0329", msg, node.span)]) from None
-            check_keyed(f"`{node.op}`", v, node.operand.span)
+            keyed_fold(f"`{node.op}`", ((v, node.operand.span),), node.span, lambda: fold(x), folded.value)
             return folded
         if isinstance(v, tuple):
             if node.op == "not":
@@ -266,18 +264,24 @@ class OperatorMixin:
             # constants, docs/language.md, "Specialization and launching"), as in Triton
             return Const(op == "is not")
         x, y = val(a), val(b)
-        if op in ("is", "is not"):
-            same = x is y or ((x is None) == (y is None) and (x is None or x == y))
-        else:
-            try:
+
+        def decide() -> bool:
+            if op in ("is", "is not"):
+                same = x is y or ((x is None) == (y is None) and (x is None or x == y))
+            else:
                 same = x in y
-            except TypeError:
-                msg = f"`{op}` needs a tuple on the right, found {y!r}"
-                raise CompileError([Diagnostic("SP0331", msg, span)]) from None
+            return same if op in ("is", "in") else not same
+
+        try:
+            result = decide()
+        except TypeError:
+            if op in ("is", "is not"):
+                raise
+            msg = f"`{op}` needs a tuple on the right, found {y!r}"
+            raise CompileError([Diagnostic("SP0331", msg, span)]) from None
         if not (op in ("is", "is not") and (x is None or y is None)):  # (`obj is None` runs no code of obj)
-            check_keyed(f"`{op}`", a, span)
-            check_keyed(f"`{op}`", b, span)
-        return Const(same if op in ("is", "in") else not same)
+            keyed_fold(f"`{op}`", ((a, span), (b, span)), span, decide, result)
+        return Const(result)
 
     def ifexp(self, node: A.IfExp) -> Any:
         c = self.expr(node.test)
@@ -295,6 +299,16 @@ class OperatorMixin:
         shape = em.broadcast_shapes(T.shape_of(cond.type), T.shape_of(x.type), node.span)
         cond, x, y = em.broadcast_to(cond, shape), em.broadcast_to(x, shape), em.broadcast_to(y, shape)
         return em.op1("arith.select", [cond, x, y], x.type)
+
+
+def _fold_value(op: str, x: Any, y: Any) -> Any:
+    """``x op y`` of two Python constants, as a kernel folds it (tuples compare with ``==`` / ``!=``);
+    TypeError where the language has no such fold."""
+    if op == "@":
+        raise TypeError
+    if (isinstance(x, tuple) or isinstance(y, tuple)) and op in ("==", "!="):
+        return (x == y) if op == "==" else (x != y)
+    return fold_binary(op, x, y)
 
 
 def _undefined(op: str, x: Any, y: Any, span: Span) -> CompileError:

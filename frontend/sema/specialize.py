@@ -20,6 +20,7 @@ from ..diagnostics import CompileError, Diagnostic, LaunchError
 from ..ir import types as T
 from ..ir.scalar_range import check_float_fits
 from ..spans import SourceFile
+from .class_code import ClassKey
 from .constexpr_dtypes import dtype_constexpr, dtype_of, unsupported_dtype_error
 from .consts import typed_constant
 from .core import ArgSpec
@@ -424,14 +425,17 @@ def _hashable(v: Any) -> Any:
         return tuple(_hashable(x) for x in v)
     if isinstance(v, Const):  # a typed constant: `Const(-0.0, f32)` equals `Const(0.0, f32)` as a dataclass
         return ("Const", str(v.dtype), _hashable(v.value))
-    if isinstance(v, float | np.floating):  # -0.0 is not 0.0 (x * -0.0), a NaN is one key (float_bits)
-        return (type(v).__name__, float_bits(v).hex())
     kind = type(v)
+    if isinstance(v, float | np.floating):  # -0.0 is not 0.0 (x * -0.0), a NaN is one key (float_bits)
+        if kind is float or isinstance(v, np.floating):
+            return (kind.__name__, float_bits(v).hex())
+        return (ClassKey(kind), float_bits(v).hex())  # (`class Scale(float)`: as `class Size(int)` below)
     if kind is not int and kind is not str and kind is not bool and isinstance(v, int | str):
         # `class Size(int)`: by its class and plain value (the disk key is the repr of this key, and
         # a subclass may spell itself, or compare, as it likes)
-        return (f"{kind.__module__}.{kind.__qualname__}", base_value(v))
+        return (ClassKey(kind), base_value(v))
     return (kind.__name__, v)
+
 
 
 # ------------------------------------------------------------------------------------------------
