@@ -187,12 +187,21 @@ def compared_by_value(obj: Any) -> bool:
 def fields_may_change(obj: Any, depth: int = 0) -> bool:
     """Whether ``obj`` is a ``SimpleNamespace`` or a dataclass instance whose fields may change in
     place (``cfg.block = 2``, which ``cfg == FAST`` compares): one that is not frozen, or a frozen
-    one holding such an object or a list (or nested deeper than its fingerprint reads)."""
+    one holding such an object or a list, in a tuple too (or nested deeper than its fingerprint reads)."""
     fields = field_values(obj)
     if fields is None:
         return False
     kind = type(obj)
     if kind is pytypes.SimpleNamespace or not kind.__dataclass_params__.frozen or depth >= _MAX_FIELD_DEPTH:
         return True
-    return any(type(v) is list or (isinstance(v, tuple) and any(fields_may_change(x, depth + 1) for x in v))
-               or fields_may_change(v, depth + 1) for _, v in fields)
+    return any(_may_change(v, depth + 1) for _, v in fields)
+
+
+def _may_change(v: Any, depth: int) -> bool:
+    """Whether the field value ``v`` may change in place: a list, an object with such fields, or a
+    tuple holding one at any depth (``([1, 2],)``: a frozen dataclass holding it kept its old code)."""
+    if depth >= _MAX_FIELD_DEPTH:
+        return isinstance(v, tuple | list) or field_values(v) is not None
+    if type(v) is list or fields_may_change(v, depth):
+        return True
+    return isinstance(v, tuple) and any(_may_change(x, depth + 1) for x in v)

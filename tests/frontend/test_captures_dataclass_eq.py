@@ -108,15 +108,34 @@ def test_an_object_changed_in_place_is_compared_anew_in_the_process(tmp_path, fr
     scales_x(kernel, 2.0)
 
 
-def test_which_objects_are_compared_by_their_fields_where_a_kernel_folds_them() -> None:
-    @dataclasses.dataclass(frozen=True)
-    class Holder:
-        inner: object
+@dataclasses.dataclass(frozen=True)
+class Holder:
+    inner: object
 
+
+@pytest.mark.parametrize("make", [lambda: ([1, 2],), lambda: ((([1, 2],),),), lambda: ((1, [1, 2]),)],
+                         ids=["tuple-of-list", "nested-tuples", "tuple-in-tuple"])
+def test_a_frozen_object_holding_a_list_in_a_tuple_changed_in_place_recompiles(tmp_path, make) -> None:
+    """A frozen dataclass holding a tuple that holds a list: the list changed in place changes
+    ``cfg == FAST`` (it kept the old code: fields_may_change looked for lists as fields only)."""
+    pair = (Holder(make()), Holder(make()))
+    kernel = import_source(SOURCE, tmp_path, "eq_tuple_list").make_eq(*pair)
+    scales_x(kernel, 2.0)
+    inner = pair[0].inner
+    while not isinstance(inner, list):
+        inner = inner[-1]
+    inner.append(3)
+    scales_x(kernel, 3.0)
+    inner.pop()
+    scales_x(kernel, 2.0)
+
+
+def test_which_objects_are_compared_by_their_fields_where_a_kernel_folds_them() -> None:
     assert not fields_may_change(Cfg(1)) and not fields_may_change(Holder(Cfg(1)))  # frozen all the way: identity
     assert fields_may_change(Mutable(1)) and fields_may_change(types.SimpleNamespace(a=1))
     assert fields_may_change(Holder(Mutable(1))) and fields_may_change(Holder([1]))
     assert fields_may_change(Holder((1, Mutable(1)))) and not fields_may_change(Holder((1, Cfg(2))))
+    assert fields_may_change(Holder(((1, [2]),))) and not fields_may_change(Holder(((1, (2,)),)))
     assert not fields_may_change((Mutable(1),)) and not fields_may_change([1])  # (no fields: a list is compared anyway)
     deep = Holder(None)
     for _ in range(20):
