@@ -34,6 +34,7 @@ from ..frontend.sema.captures import (
     python_default_value,
     recording,
 )
+from ..frontend.sema.class_code import runs_own_code
 from ..frontend.sema.core import Sema
 from ..frontend.sema.emitter import describe
 from ..frontend.sema.fingerprints import register_function_type
@@ -262,8 +263,11 @@ class Kernel:
     def captures_for(self, bindings: dict[str, Any], key: tuple, options: dict[str, Any] | None = None
                      ) -> CaptureSet:
         """What the IR for ``key`` captured from Python (nothing for a closed ``.spk`` kernel,
-        without running sema)."""
-        return EMPTY if self.is_closed else self.ir_entry(bindings, key, options)[1]
+        without running sema, unless a constexpr argument's class has code of its own, whose folds
+        are keyed by what they gave: frontend/sema/class_code.py)."""
+        if self.is_closed and not runs_own_code(bindings.values()):
+            return EMPTY
+        return self.ir_entry(bindings, key, options)[1]
 
     def fresh_ir(self, bindings: dict[str, Any], options: dict[str, Any] | None = None) -> Function:
         """A new, uncached IR for ``bindings`` with ``options`` over the kernel's (the compiler's

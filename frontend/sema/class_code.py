@@ -53,7 +53,12 @@ def runs_own_code(values: Iterable[Any]) -> bool:
     return any(_runs_own_code(v, 0, seen) for v in values)
 
 
+_PLAIN_KINDS = frozenset({bool, int, float, complex, str, bytes, type(None)})
+
+
 def _runs_own_code(obj: Any, depth: int, seen: set[int]) -> bool:
+    if type(obj) in _PLAIN_KINDS:  # (most folds: `BLOCK * 2`)
+        return False
     if id(obj) in seen or depth > _MAX_DEPTH:
         return False
     seen.add(id(obj))

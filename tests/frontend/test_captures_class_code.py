@@ -210,6 +210,31 @@ def test_a_constexpr_argument_of_a_class_with_its_own_eq_is_keyed_by_what_it_gav
     assert scale_of(same(4)) == 2.0
 
 
+SPK = """
+@kernel
+def k(x: ptr[f32], out: ptr[f32], N: constexpr):
+    i = arange(0, 8)
+    c = 2.0 if N == 4 else 3.0
+    store(out + i, load(x + i) * c)
+"""
+
+
+def test_a_spk_kernel_given_a_constexpr_of_a_class_with_its_own_eq_keys_what_it_gave(tmp_path, fresh_cache) -> None:
+    """A `.spk` kernel captures nothing from Python, and its disk key held no captures: a constexpr
+    whose class's `__eq__` changed found the old entry."""
+    kernel = sp.loads(SPK, "class_code.spk").k
+    same = user_module(SIZE.format(body="int(self) == other"), tmp_path, "same.py").Size
+    flipped = user_module(SIZE.format(body="int(self) != other"), tmp_path, "flipped.py").Size
+    ptx = []
+    for size in (same, flipped):
+        signature = {"x": sp.ptr[sp.f32], "out": sp.ptr[sp.f32], "N": size(4)}
+        ptx.append(kernel.compile(signature, stop_after="ptx").ptx)
+        assert ptx[-1] == kernel.compile(signature, stop_after="ptx", cache=False).ptx
+    assert ptx[0] != ptx[1]
+    plain = {"x": sp.ptr[sp.f32], "out": sp.ptr[sp.f32], "N": 4}
+    assert kernel.compile(plain, stop_after="ptx").ptx == ptx[0]
+
+
 GIVES = '''
 import dataclasses
 
