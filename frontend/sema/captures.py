@@ -84,9 +84,12 @@ class _Fold(_Read):
 
 def _same_identity_kind(a: Any, b: Any) -> bool:
     """Objects compared by identity (kernels, helpers, arbitrary objects) must be the same one,
-    in tuples and lists too."""
+    in tuples and lists too, and the elements of one class (a class defined again under its name,
+    an enum's members of equal fingerprints, may fold through other code: sema/class_code.py)."""
     if a is b:
         return True
+    if type(a) is not type(b):
+        return False
     if isinstance(a, tuple | list):
         return len(a) == len(b) and all(_same_identity_kind(x, y) for x, y in zip(a, b, strict=True))
     return not _by_identity(a)

@@ -210,6 +210,42 @@ def test_a_constexpr_argument_of_a_class_with_its_own_eq_is_keyed_by_what_it_gav
     assert scale_of(same(4)) == 2.0
 
 
+CELL = '''
+import enum
+
+
+class Mode(enum.Enum):
+    FAST = 1
+
+    def __bool__(self):
+        return {truth}
+
+
+T = (Mode.FAST, 1)
+V = Mode.FAST
+'''
+
+CELL_KERNEL = '''
+import sparsile as sp
+
+
+@sp.jit
+def k(x, out):
+    i = sp.arange(0, 8)
+    sp.store(out + i, sp.load(x + i) * (2.0 if {use} else 3.0))
+'''
+
+
+@pytest.mark.parametrize("use", ["T[0]", "V"])
+def test_a_class_defined_again_with_other_code_recompiles(tmp_path, use) -> None:
+    """A notebook cell run again: a new `Mode` of one qualified name, whose members have the
+    fingerprints of the old ones, yet another `__bool__` (in a tuple, the old member's code ran)."""
+    module = import_source(CELL.format(truth="True") + CELL_KERNEL.format(use=use), tmp_path, "class_code_cell")
+    scales_x(module.k, 2.0)
+    exec(CELL.format(truth="False"), vars(module))
+    scales_x(module.k, 3.0)
+
+
 SPK = """
 @kernel
 def k(x: ptr[f32], out: ptr[f32], N: constexpr):
