@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import decimal
 import operator
 import sys
 from typing import TYPE_CHECKING, Any
@@ -102,6 +103,8 @@ class OperatorMixin:
             return Const(_fold_value(op, x, y))
         except ZeroDivisionError:
             raise CompileError([Diagnostic("SP0330", "division by zero in a constant expression", span)]) from None
+        except decimal.DecimalException as e:  # (ZeroDivisionError above: `Decimal(1) / 0`)
+            raise decimal_signal(op, (x, y), e, span) from None
         except ConstantTooLarge:
             raise CompileError([Diagnostic("SP0346", f"the constant expression is too large (more than "
                                            f"{MAX_CONSTANT_BITS} bits or elements)", span)]) from None
@@ -126,6 +129,8 @@ class OperatorMixin:
             fold, x = {"-": operator.neg, "+": operator.pos, "~": _invert}[node.op], v.value
             try:
                 folded = Const(fold(x))
+            except decimal.DecimalException as e:
+                raise decimal_signal(node.op, (x,), e, node.span) from None
             except (TypeError, ValueError):
                 msg = f"`{node.op}` is not defined on {v.value!r}"
                 raise CompileError([Diagnostic("SP0329", msg, node.span)]) from None
@@ -274,6 +279,8 @@ class OperatorMixin:
 
         try:
             result = decide()
+        except decimal.DecimalException as e:  # `SNAN in (1, 2)`: its `==` signals
+            raise decimal_signal(op, (x, y), e, span) from None
         except TypeError:
             if op in ("is", "is not"):
                 raise
@@ -309,6 +316,17 @@ def _fold_value(op: str, x: Any, y: Any) -> Any:
     if (isinstance(x, tuple) or isinstance(y, tuple)) and op in ("==", "!="):
         return (x == y) if op == "==" else (x != y)
     return fold_binary(op, x, y)
+
+
+def decimal_signal(op: str, operands: tuple[Any, ...], e: decimal.DecimalException, span: Span) -> CompileError:
+    """SP0329: ``op`` of constants raised a signal the thread's decimal context traps
+    (``Decimal("NaN") < 1``: decimal.InvalidOperation)."""
+    kind = next((c for c in type(e).__mro__ if c.__module__ == "decimal"), type(e))  # (C's: `decimal.` too)
+    return CompileError([Diagnostic(
+        "SP0329", f"`{op}` of {' and '.join(describe(Const(v)) for v in operands)} signals "
+                  f"decimal.{kind.__name__} in the thread's decimal context", span,
+        help="Python raises it there too: fold values it is defined for, or compile under a "
+             "`decimal.localcontext()` that does not trap the signal (the context is part of the key)")])
 
 
 def _undefined(op: str, x: Any, y: Any, span: Span) -> CompileError:

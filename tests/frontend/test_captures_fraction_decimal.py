@@ -19,6 +19,7 @@ from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import sparsile as sp
@@ -146,3 +147,45 @@ def test_a_new_process_with_another_fraction_or_decimal_compiles_anew(tmp_path) 
         other = child(num, text)
         assert other[0] == "hits 0 misses 1" and other[1] != first[1], (num, text)
     assert child(1, "1.5") == ("hits 1 misses 0", first[1])
+
+
+SIGNALS = '''
+from decimal import Decimal
+
+import sparsile as sp
+
+NAN = Decimal("NaN")
+SNAN = Decimal("sNaN")
+INF = Decimal("Infinity")
+
+
+@sp.jit
+def k(x, out):
+    i = sp.arange(0, 8)
+    c = {expr}
+    sp.store(out + i, sp.load(x + i) * c)
+'''
+
+
+@pytest.mark.parametrize(("expr", "operand", "message"), [
+    ("2.0 if NAN < 1 else 3.0", "NAN < 1", "`<` of Decimal('NaN') and 1"),
+    ("2.0 if SNAN == 1 else 3.0", "SNAN == 1", "`==` of Decimal('sNaN') and 1"),
+    ("float(INF * 0)", "INF * 0", "`*` of Decimal('Infinity') and 0"),
+    ("float(-SNAN)", "-SNAN", "`-` of Decimal('sNaN')"),
+    ("2.0 if SNAN in (1, 2) else 3.0", "SNAN in (1, 2)", "`in` of Decimal('sNaN') and (1, 2)"),
+])
+def test_a_decimal_operation_that_signals_is_a_diagnostic(tmp_path, expr, operand, message) -> None:
+    """`Decimal("NaN") < 1` raises decimal.InvalidOperation (the context traps it): an internal
+    traceback before."""
+    text = SIGNALS.format(expr=expr)
+    module = import_source(text, tmp_path, "decimal_signal")
+    out = np.full(8, np.nan, np.float32)
+    with pytest.raises(sp.CompileError) as info:
+        module.k.interpret[(1,)](np.ones(8, np.float32), out)
+    assert np.isnan(out).all()
+    d = info.value.diagnostics[0]
+    assert d.code == "SP0329"
+    assert d.message == f"{message} signals decimal.InvalidOperation in the thread's decimal context"
+    line = text.split("\n")[d.span.file_line - 1]
+    assert line[d.span.file_col - 1:].startswith(operand)
+    assert "decimal.localcontext" in d.help
