@@ -10,7 +10,9 @@ the object found there and a fingerprint of its value. The result is a :class:`C
   ``getattr`` each) and compares: the same object as before is unchanged (values of the kinds
   below are immutable, and a helper's own reads are recorded too); another object is compared by
   fingerprint. Every cache of a kernel (its IR per specialization, its GPU launchers) calls it
-  before it reuses an entry, so the check is on the launch path and stays a few hundred ns.
+  before it reuses an entry, so the check is on the launch path and stays a few hundred ns. A fold
+  that ran the code of a user's class (:func:`note_fold`: ``if cfg:`` with a ``__bool__``) is
+  checked by folding again, a Python call.
 * :meth:`CaptureSet.disk_key` is a process-independent text of every fingerprint: part of the
   disk cache key, so that another process with other values compiles anew.
 

@@ -12,7 +12,7 @@ from ..interp.numerics import finite_float_to_int, float_to_type, int_to_float, 
 from ..ir import types as T
 from ..ir.core import Value
 from ..spans import Span
-from .emitter import INTEGER_CONSTANT_RANGE, describe
+from .emitter import INTEGER_CONSTANT_RANGE, describe, plain_number
 from .keyed_values import keyed_fold
 from .values import POISON, Arg, Const
 
@@ -101,6 +101,7 @@ def convert_const(v: Any, t: T.ScalarType) -> Any:
     type (through f32, saturating, to an 8-bit float; through f32, then to nearest with ties away
     from zero, to tf32). An infinite or NaN value has no integer
     value at compile time (OverflowError / ValueError, reported as SP0303)."""
+    v = plain_number(v)  # (`class Size(int)` by its value, as its key: not its own `__int__` / `__float__`)
     if t.is_bool:
         return bool(v)
     if t.is_int:

@@ -349,6 +349,8 @@ def fold_binary(op: str, a: Any, b: Any) -> Any:
 
 
 def _fold(op: str, a: Any, b: Any) -> Any:
+    if op in ("//", "%", "/"):  # the language's rules read plain values (not a subclass's `__float__`)
+        a, b = plain_number(a), plain_number(b)
     if op in ("//", "%") and isinstance(a, int) and isinstance(b, int):
         if b == 0:
             raise ZeroDivisionError

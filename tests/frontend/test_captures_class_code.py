@@ -386,12 +386,16 @@ class Scale(float):
 '''
 
 
+@pytest.mark.parametrize("expr", ["v", "sp.f32(v)", "sp.f32(sp.i32(v))", "v / 1", "v // 1", "v % 5"])
 @pytest.mark.parametrize("value", ["Size(2)", "Scale(2.0)"])
-def test_a_subclass_of_int_or_float_reaches_the_code_as_its_plain_value(tmp_path, fresh_cache, value) -> None:
+def test_a_subclass_of_int_or_float_reaches_the_code_as_its_plain_value(tmp_path, fresh_cache, value, expr) -> None:
+    """Its key holds 2 (fingerprints._PLAIN), and so does its code: the language's conversions and
+    its own `/`, `//` and `%` of integers (C's) read the plain value (they called its `__float__` /
+    `__int__`, 7, which no key held; Python's `Size(2) / 1` is 2.0 too)."""
     module = user_module(SUBCLASS, tmp_path, "numbers.py")
-    factory = import_source(FACTORY.format(expr="v"), tmp_path, "plain_number")
+    factory = import_source(FACTORY.format(expr=expr), tmp_path, "plain_number")
     kernel = factory.make(eval(value, vars(module)))
-    scales_x(kernel, 2.0)  # its key holds 2 (fingerprints._PLAIN), and so does its code
+    scales_x(kernel, 2.0)
     assert len(distinct_cached_ptx([kernel, factory.make(2.0)])) == 1
 
 
