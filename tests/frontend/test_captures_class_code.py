@@ -97,10 +97,12 @@ def user_module(text: str, folder: Path, file: str) -> ModuleType:
 
 
 def class_module(folder: Path, file: str, name: str, args: str, body: str) -> ModuleType:
+    """:data:`CLASS` whose ``Cfg`` and ``Mode`` define the method ``name`` as ``body``, as ``user_cfg``."""
     return user_module(CLASS.format(name=name, args=args, body=body), folder, file)
 
 
 def value_of(module: ModuleType, kind: str) -> object:
+    """The captured value of ``kind``: a frozen dataclass instance or an enum member."""
     return module.Cfg(1) if kind == "dataclass" else module.Mode.FAST
 
 
