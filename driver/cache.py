@@ -89,14 +89,22 @@ def _nvjitlink_identity() -> str:
 
 @functools.cache
 def toolchain_versions() -> dict[str, str]:
-    """The versions a compiled artifact depends on: compiler, llvmlite (LLVM), nvJitLink, and the
-    whole-program ptxas of ``setmaxnreg`` kernels (backend/toolchain/whole_program.py)."""
+    """The versions a compiled artifact depends on: compiler, llvmlite (LLVM), nvJitLink, the
+    whole-program ptxas of ``setmaxnreg`` kernels (backend/toolchain/whole_program.py), and Python,
+    NumPy and ml_dtypes, whose code a kernel folds captured values through (``str(v)`` of an
+    ``IntEnum`` member, NumPy's arithmetic of a scalar default: frontend/sema/class_code.py)."""
+    import platform
+
     import llvmlite
+    import ml_dtypes
+    import numpy as np
 
     from ..backend.toolchain import whole_program
 
     return {"compiler": compiler_version(), "llvmlite": llvmlite.__version__, "nvjitlink": _nvjitlink_identity(),
-            "ptxas": whole_program.identity()}
+            "ptxas": whole_program.identity(),
+            "python": f"{platform.python_implementation()} {platform.python_version()}",
+            "numpy": np.__version__, "ml_dtypes": ml_dtypes.__version__}
 
 
 def _versions_now() -> dict[str, str]:

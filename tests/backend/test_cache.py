@@ -57,7 +57,7 @@ def test_option_order_does_not_matter_and_targets_may_be_objects():
 
 def test_default_versions_are_filled_in():
     versions = C.toolchain_versions()
-    assert set(versions) == {"compiler", "llvmlite", "nvjitlink", "ptxas"}
+    assert set(versions) == {"compiler", "llvmlite", "nvjitlink", "ptxas", "python", "numpy", "ml_dtypes"}
     assert versions["compiler"].startswith("sparsile ")
     k = C.make_key(target="sm_90a", source="s", kernel_name="k")
     assert k == C.make_key(target="sm_90a", source="s", kernel_name="k", versions=versions)
@@ -276,3 +276,17 @@ def test_concurrent_processes_share_a_directory(tmp_path):
     entries = list((tmp_path / C.FORMAT_VERSION).glob("*/*.entry"))
     assert len(entries) == 6
     assert not list(tmp_path.rglob("*.tmp"))  # no temporary files left behind
+
+
+def test_the_versions_of_the_code_a_kernel_folds_through_are_keyed():
+    """A kernel folds captured values through Python's and NumPy's code (`str(v)` of an `IntEnum`
+    member is "1" from Python 3.11 on, "Level.LOW" before; NumPy 2 promotes `np.int8(100) + 1000`
+    otherwise than NumPy 1): two environments sharing one cache folder shared entries."""
+    import platform
+
+    import ml_dtypes
+    import numpy as np
+
+    versions = C.toolchain_versions()
+    assert versions["python"] == f"{platform.python_implementation()} {platform.python_version()}"
+    assert versions["numpy"] == np.__version__ and versions["ml_dtypes"] == ml_dtypes.__version__
