@@ -62,10 +62,13 @@ def _runs_own_code(obj: Any, depth: int, seen: set[int]) -> bool:
     if id(obj) in seen or depth > _MAX_DEPTH:
         return False
     seen.add(id(obj))
-    if own_code(type(obj)):
+    kind = type(obj)
+    if own_code(kind):
         return True
     if isinstance(obj, tuple | list):
         return any(_runs_own_code(x, depth + 1, seen) for x in obj)
+    if kind is not pytypes.SimpleNamespace and _trusted(getattr(kind, "__module__", None)):
+        return False  # (the language's types, NumPy's: no value of a user's among their fields)
     fields = field_values(obj)
     return fields is not None and any(_runs_own_code(v, depth + 1, seen) for _, v in fields)
 
