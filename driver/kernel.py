@@ -39,6 +39,7 @@ from ..frontend.sema.core import Sema
 from ..frontend.sema.emitter import describe
 from ..frontend.sema.fingerprints import register_function_type
 from ..frontend.sema.jit_globals import default_as_argument, default_diagnostic, is_run_time_scalar
+from ..frontend.sema.keyed_values import python_value
 from ..frontend.sema.specialize import (
     ParamInfo,
     arg_spec,
@@ -265,7 +266,7 @@ class Kernel:
         """What the IR for ``key`` captured from Python (nothing for a closed ``.spk`` kernel,
         without running sema, unless a constexpr argument's class has code of its own, whose folds
         are keyed by what they gave: frontend/sema/class_code.py)."""
-        if self.is_closed and not runs_own_code(bindings.values()):
+        if self.is_closed and not runs_own_code(map(python_value, bindings.values())):
             return EMPTY
         return self.ir_entry(bindings, key, options)[1]
 
