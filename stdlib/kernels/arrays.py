@@ -25,7 +25,7 @@ from ...frontend.interp.overlap import UNDECIDED, UNDECIDED_REASON, self_overlap
 from ..sparsity import SparsityError, as_host_array, cast_to_operand
 from ..sparsity.dtypes import operand_type
 from ..sparsity.errors import SP_BAD_INPUT, SP_META_ELEMENT_TYPE
-from ..sparsity.hostarray import complex_refusal, require_numeric
+from ..sparsity.hostarray import real_operand_refusal, require_numeric
 
 if TYPE_CHECKING:
     from .gemm_choice import KernelChoice
@@ -144,16 +144,9 @@ def check_real_operand(x: Any, what: str) -> None:
     and multiplied, where ``np.matmul`` of bools is a logical product and ``torch.mm`` refuses them;
     a complex one would lose its imaginary parts in the cast (torch and cupy only warn)."""
     dtype = getattr(x, "dtype", None)
-    if dtype is None:
-        return
-    name = str(dtype).removeprefix("torch.")
-    if name == "bool":
-        raise bad_input(f"{what} is a bool array: the sparse GEMM multiplies numbers, and its bools would be cast "
-                        "to 0 and 1 (numpy's matmul of bools is a logical product, torch.mm refuses bools)",
-                        help=f"cast it to the operand type first: {what}.astype(values.dtype) "
-                             f"(torch: {what}.to(values.dtype))")
-    if name.startswith("complex"):
-        raise complex_refusal(what, name)
+    refusal = None if dtype is None else real_operand_refusal(str(dtype), what)
+    if refusal is not None:
+        raise refusal
 
 
 def cast_operand(x: Any, choice: KernelChoice, what: str = "b") -> Any:

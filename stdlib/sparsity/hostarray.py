@@ -157,6 +157,27 @@ def complex_refusal(what: str, type_name: str) -> SparsityError:
                          help=f"pass {what}.real, or the real and imaginary parts in two calls")
 
 
+def bool_refusal(what: str) -> SparsityError:
+    """SP0804 for ``what``, a bool array given as an operand of the sparse product: the one wording of
+    ``sparse_matmul`` (stdlib/kernels/arrays.py ``check_real_operand``) and ``sparse_matmul_reference``."""
+    return SparsityError(SP_BAD_INPUT, f"{what} is a bool array: the sparse GEMM multiplies numbers, and its bools "
+                         "would be cast to 0 and 1 (numpy's matmul of bools is a logical product, torch.mm refuses "
+                         "bools)", help=f"cast it to the operand type first: {what}.astype(values.dtype) "
+                                        f"(torch: {what}.to(values.dtype))")
+
+
+def real_operand_refusal(type_name: str, what: str) -> SparsityError | None:
+    """The SP0804 refusal of an operand ``what`` of the sparse product whose element type is named
+    ``type_name`` ("bool", "complex64", "torch.bool"): bools (:func:`bool_refusal`) and complex numbers
+    (:func:`complex_refusal`); None for any other type."""
+    name = type_name.removeprefix("torch.")
+    if name == "bool":
+        return bool_refusal(what)
+    if name.startswith("complex"):
+        return complex_refusal(what, name)
+    return None
+
+
 def require_numeric(array: np.ndarray, what: str) -> None:
     """Raise SP0804 unless ``array`` holds real numbers (bool, int, float or an ml_dtypes float):
     complex numbers in :func:`complex_refusal`'s words, anything else (objects, strings) as not

@@ -9,7 +9,7 @@ import numpy as np
 from .dtypes import OperandType
 from .errors import SP_OPERAND_MISMATCH, SparsityError
 from .formats import decompress
-from .hostarray import as_host_array, require_numeric
+from .hostarray import as_host_array, real_operand_refusal, require_numeric
 
 
 def stored_positions(values: Any, meta: Any, fmt: str | None = None, dtype: str | OperandType | None = None, *,
@@ -54,10 +54,15 @@ def sparse_matmul_reference(values: Any, meta: Any, b: Any, fmt: str | None = No
     float64; tf32 operands are taken as the float32 values given, without rounding them to tf32).
     ``b`` must be (k, N); a 1-D ``b`` of length k gives a length-m vector. The sum runs over the
     positions the metadata names (:func:`stored_product`): a NaN or inf of b where A stores nothing
-    does not reach the result, as on the sparse tensor cores.
+    does not reach the result, as on the sparse tensor cores. Bool and complex ``values`` or ``b``
+    are SP0804 in ``sparse_matmul``'s words (:func:`~.hostarray.real_operand_refusal`): a bool b is
+    not taken as 0 and 1, nor complex values as SP0814's "element type" mismatch.
     """
+    _check_real(values, "values")
+    _check_real(b, "b")
     dense = decompress(values, meta, fmt, dtype, m=m, k=k)
     rhs = as_host_array(b, "b")
+    _check_real(rhs, "b")  # (a list of bools, now an array)
     require_numeric(rhs, "b")
     if rhs.ndim not in (1, 2) or rhs.shape[0] != dense.shape[1]:
         raise SparsityError(SP_OPERAND_MISMATCH,
@@ -67,3 +72,11 @@ def sparse_matmul_reference(values: Any, meta: Any, b: Any, fmt: str | None = No
     if np.isfinite(rhs64).all():
         return dense.astype(np.float64) @ rhs64
     return stored_product(dense, stored_positions(values, meta, fmt, dtype, m=m, k=k), rhs64)
+
+
+def _check_real(x: Any, what: str) -> None:
+    """SP0804 for an operand of bools or complex numbers (numpy, torch, cupy: by its ``dtype``)."""
+    dtype = getattr(x, "dtype", None)
+    refusal = None if dtype is None else real_operand_refusal(str(dtype), what)
+    if refusal is not None:
+        raise refusal
