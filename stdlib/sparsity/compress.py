@@ -297,13 +297,17 @@ def nibbles_to_indices(nibbles: np.ndarray, op: OperandType) -> np.ndarray:
 
 
 def decompress_nibbles(values: Any, nibbles: np.ndarray, op: OperandType) -> np.ndarray:
-    """Dense (M, K/G·G) matrix from values (M, ≥ K/G·G/2) and valid nibbles (M, K/G)."""
+    """Dense (M, K/G·G) matrix from values (M, ≥ K/G·G/2) and valid nibbles (M, K/G). Values wider
+    than the metadata needs are accepted, their columns past K/G·G/2 not read (a layer's values
+    cover its padded K, and its weight is asked for the logical k: integrations/torch/weight.py);
+    SP0814 says so."""
     array = as_host_array(values, "values")
     rows, chunks = nibbles.shape
     expected = (rows, chunks * op.group // 2)
     if array.ndim != 2 or array.shape[0] != rows or array.shape[1] < expected[1]:
         raise SparsityError(SP_VALUES_MISMATCH,
-                            f"values must have shape {expected} for this metadata, got {array.shape}",
+                            f"values must have {rows} rows and at least {expected[1]} columns for this metadata "
+                            f"(columns past {expected[1]} are not read), got shape {array.shape}",
                             help="pass the values returned by compress() together with its metadata")
     if array.dtype != op.host_dtype:
         raise SparsityError(SP_VALUES_MISMATCH,
