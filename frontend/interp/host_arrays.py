@@ -3,8 +3,9 @@
 numpy arrays are used in place (a contiguous array is viewed flat; a strided one is copied and
 written back; a subclass such as ``np.matrix`` through a plain view of its memory; a byte-swapped
 one through a copy in the machine's byte order, written back converted). torch CPU tensors are
-used in place (bfloat16 and float8 ones, and a lazy negation such as ``torch._neg_view(t)``,
-through a copy with the negation applied: the GPU launch refuses the latter, SP0751);
+used in place (bfloat16 and float8 ones through an ml_dtypes view of their memory, so that a numpy
+view of the same memory is the same view, as on the GPU path; a lazy negation such as
+``torch._neg_view(t)`` through a copy with the negation applied: the GPU launch refuses it, SP0751);
 other torch tensors and cupy arrays are converted to host arrays and written back after the run
 when the kernel writes them. Host memory another library exports through DLPack is viewed in
 place (``np.from_dlpack``), as the GPU path stages it. Any other array object (a JAX array) is read
@@ -41,12 +42,7 @@ def to_host(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None]:
             return _resolved_copy(t)
         if t.device.type == "cpu":
             if t.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
-                arr = _torch_special_to_numpy(t)
-
-                def back() -> None:
-                    t.copy_(_numpy_to_torch_special(arr, t.dtype))
-
-                return arr, back
+                return torch_special_view(t), None
             return t.detach().numpy(), None
         host = t.detach().cpu()
         arr = _torch_special_to_numpy(host) if host.dtype in (torch.bfloat16, torch.float8_e4m3fn,
@@ -128,6 +124,33 @@ def _memory_key(obj: Any) -> Any:
     except (AttributeError, RuntimeError, TypeError):  # (a sparse torch tensor has no data pointer)
         pass
     return ("object", id(obj))
+
+
+def torch_special_view(t: Any) -> np.ndarray:
+    """A numpy view (ml_dtypes) of a CPU torch bfloat16 or float8 tensor's memory, in its own shape
+    and strides: used in place, as any CPU tensor is, so that it and a numpy view of the same memory
+    are one view to the interpreter as to the GPU path (backend/runtime/arrays.py views its memory and
+    staging.shared_host_copy gives both one device copy); a copy made them two, SP0750 with a write."""
+    import ml_dtypes
+    import torch
+
+    view = {torch.bfloat16: (torch.int16, ml_dtypes.bfloat16),
+            torch.float8_e4m3fn: (torch.int8, ml_dtypes.float8_e4m3fn),
+            torch.float8_e5m2: (torch.int8, ml_dtypes.float8_e5m2)}[t.dtype]
+    return t.detach().view(view[0]).numpy().view(view[1])
+
+
+def _special_torch_view(value: Any) -> bool:
+    """Whether ``value`` is a CPU torch bfloat16 or float8 tensor (:func:`torch_special_view`). It is
+    used in place, and shares its view with a numpy view of the same memory, but it overlaps other
+    views as the copy it was read through before: memory shared in part with a write stays SP0750, as
+    the GPU path refuses it (staging.shared_host_copy)."""
+    value = getattr(value, "sparsile_array", lambda: value)()
+    if type(value).__module__.split(".")[0] != "torch":
+        return False
+    import torch
+
+    return value.device.type == "cpu" and value.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def _torch_special_to_numpy(t: Any) -> np.ndarray:
@@ -266,7 +289,8 @@ class _HostArg:
     def __init__(self, name: str, value: Any, arr: np.ndarray, back: Callable[[], None] | None, dt: np.dtype,
                  writes: bool):
         self.name, self.arr, self.back, self.writes, self.dt = name, arr, back, writes, dt
-        self.copied = back is not None or arr.dtype != dt or not arr.flags.c_contiguous
+        self.copied = (back is not None or arr.dtype != dt or not arr.flags.c_contiguous
+                       or _special_torch_view(value))
         self.view_key = (arr.__array_interface__["data"][0], arr.shape, arr.strides, arr.dtype, dt,
                          id(arr) if back is not None else 0)
         self.layout = _user_layout(value, arr, back is not None)
