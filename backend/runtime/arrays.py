@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ...frontend.diagnostics import LaunchError
+from ...frontend.interp.host_arrays import array_copy_written, has_memory_interface
 from . import dlpack
 from .codes import (
     ARG_ALIGNMENT,
@@ -79,6 +80,9 @@ class ArrayInfo(NamedTuple):
     negated: bool = False
     immutable: bool = False
     """A JAX array (``readonly`` too): immutable, its memory possibly shared with other arrays."""
+    array_copy: bool = False
+    """An object read through its ``__array__`` (``readonly`` too): ``host`` is what that returned,
+    possibly a copy, which nothing could write back (:func:`read_only_error` says so)."""
 
     @property
     def nbytes(self) -> int:
@@ -244,6 +248,34 @@ def _describe_dlpack(obj: Any, stream: int) -> ArrayInfo:
                      t.readonly, source, None, None, t.capsule)
 
 
+def _describe_array_interface(obj: Any, stream: int) -> ArrayInfo:
+    """An object that describes its host memory to numpy (``__array_interface__`` or
+    ``__array_struct__``, no DLPack): that memory, viewed with ``np.asarray`` (read-only where the
+    interface says so) and staged by value as a numpy array's, the results copied back into it, as the
+    interpreter views it in place (frontend/interp/host_arrays.py)."""
+    try:
+        view = np.asarray(obj)
+    except (TypeError, ValueError) as exc:
+        raise LaunchError(ARG_KIND, f"could not read {type(obj).__name__} through its array interface: {exc}") from None
+    info = _describe_numpy(view.view(np.ndarray) if type(view) is not np.ndarray else view, stream)
+    return info._replace(source=f"{type(obj).__name__} (array interface)", keepalive=obj)
+
+
+def _describe_array_copy(obj: Any, stream: int) -> ArrayInfo:
+    """An object with only ``__array__`` (no buffer, DLPack or array interface): read through what
+    ``__array__`` returns, copied (it may be the object's memory or a copy: nothing can tell), read-only,
+    so that a kernel writing it is SP0719 in the interpreter's words (:func:`read_only_error`); the
+    interpreter reads it the same way."""
+    try:
+        copy = np.array(obj)
+    except (TypeError, ValueError) as exc:
+        raise LaunchError(ARG_KIND, f"could not read {type(obj).__name__} through its __array__: {exc}") from None
+    if copy.dtype == object:
+        return _not_an_array(obj, stream)  # (SP0708 where the argument is checked)
+    copy.flags.writeable = False
+    return _describe_numpy(copy, stream)._replace(source=f"{type(obj).__name__} (__array__)", array_copy=True)
+
+
 def is_jax_type(cls: type) -> bool:
     """Whether instances of ``cls`` are JAX arrays (``jax.Array``'s implementation lives in jaxlib)."""
     return cls.__module__.split(".")[0] in ("jax", "jaxlib")
@@ -292,6 +324,10 @@ def _protocol_extractor(cls: type) -> Callable[[Any, int], ArrayInfo | None]:
         return _describe_cai
     if hasattr(cls, "__dlpack__") and hasattr(cls, "__dlpack_device__"):
         return _describe_dlpack
+    if has_memory_interface(cls):
+        return _describe_array_interface
+    if hasattr(cls, "__array__"):
+        return _describe_array_copy
     return _not_an_array
 
 
@@ -319,6 +355,8 @@ def read_only_error(name: str, info: ArrayInfo) -> LaunchError:
     """SP0719 for a read-only array (``info``) passed for parameter ``name``, which the kernel writes.
     A JAX array gets the interpreter's help (frontend/interp/host_arrays.py): JAX allocates the
     outputs of sparsile.jax.call."""
+    if info.array_copy:
+        return array_copy_written(name, info.source.split(" (")[0])
     if info.immutable:
         return LaunchError(READ_ONLY, f"argument `{name}` is a read-only {info.source.split(' (')[0]} (a JAX array: "
                            "immutable, and JAX may share its memory with other arrays, constants or caches), but "

@@ -7,10 +7,13 @@ used in place (bfloat16 and float8 ones through an ml_dtypes view of their memor
 view of the same memory is the same view, as on the GPU path; a lazy negation such as
 ``torch._neg_view(t)`` through a copy with the negation applied: the GPU launch refuses it, SP0751);
 other torch tensors and cupy arrays are converted to host arrays and written back after the run
-when the kernel writes them. Host memory another library exports through DLPack is viewed in
-place (``np.from_dlpack``), as the GPU path stages it. Any other array object (a JAX array) is read
-through a read-only host copy: nothing could write it back, so a kernel writing it is refused
-(SP0719); an object with no array protocol at all is SP0708, in the GPU launcher's words.
+when the kernel writes them. Host memory another library exports through DLPack, or describes
+through ``__array_interface__`` / ``__array_struct__``, is viewed in place (``np.from_dlpack``,
+``np.asarray``), as the GPU path stages it. Any other array object (a JAX array; one with only
+``__array__``) is read through a read-only host copy: nothing could write it back, so a kernel
+writing it is refused (SP0719, an ``__array__`` object in the GPU path's words:
+:func:`array_copy_written`); an object with no array protocol at all is SP0708, in the GPU
+launcher's words.
 """
 
 from __future__ import annotations
@@ -64,9 +67,27 @@ def to_host(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None]:
     exported = _dlpack_host_view(obj)
     if exported is not None:  # host memory of another library: used in place, as the GPU path stages it
         return exported, None
-    arr = np.array(obj)  # (a JAX array: immutable) read-only, so that a kernel writing it is SP0719
+    if has_memory_interface(type(obj)) and not is_jax_array(obj):  # its memory, in place, as on the GPU
+        return np.asarray(obj), None
+    arr = np.array(obj)  # (a JAX array: immutable; an ``__array__``: maybe a copy) read-only: written, SP0719
     arr.setflags(write=False)
     return arr, None
+
+
+def has_memory_interface(cls: type) -> bool:
+    """Whether instances of ``cls`` describe their host memory to numpy (``__array_interface__`` or
+    ``__array_struct__``): both paths view that memory in place (the GPU path stages it by value and
+    copies the results back into it: backend/runtime/arrays.py), read-only where the interface says so."""
+    return hasattr(cls, "__array_interface__") or hasattr(cls, "__array_struct__")
+
+
+def array_copy_written(name: str, type_name: str) -> LaunchError:
+    """SP0719 for an object read through its ``__array__`` (no buffer, DLPack or array interface: what
+    ``__array__`` returns may be a copy, so nothing could write the results back) passed for parameter
+    ``name``, which the kernel writes: the words of both paths (backend/runtime/arrays.py)."""
+    return LaunchError("SP0719", f"argument `{name}` (a {type_name}) is read through its __array__, a host copy "
+                       "that cannot be written back, but the kernel writes through it",
+                       help="pass a numpy array or a torch tensor (e.g. `np.array(x)`) and read the results from it")
 
 
 def _dlpack_host_view(obj: Any) -> np.ndarray | None:
@@ -99,6 +120,11 @@ def _resolved_copy(t: Any) -> tuple[np.ndarray, Callable[[], None]]:
             t.copy_(_numpy_to_torch_special(arr, t.dtype) if special else torch.from_numpy(arr))
 
     return arr, back
+
+
+def is_jax_array(obj: Any) -> bool:
+    """Whether ``obj`` is a JAX array (``jax.Array``'s implementation lives in jaxlib)."""
+    return type(obj).__module__.split(".")[0] in ("jax", "jaxlib")
 
 
 def _is_foreign(obj: Any, arr: np.ndarray) -> bool:
@@ -361,6 +387,8 @@ def interpreter_params(func: Function, bound: dict[str, Any]) -> tuple[dict[str,
                               f"{t.elem}), got {type(value).__name__}",
                               help="pass a numpy array, a CUDA tensor/array (torch, CuPy, JAX) or a DeviceBuffer")
         if not arr.flags.writeable and p.name in written:
+            if _is_foreign(value, arr) and not is_jax_array(value):
+                raise array_copy_written(p.name, type(value).__name__)
             if _is_foreign(value, arr):
                 raise LaunchError("SP0719", f"argument `{p.name}` is a read-only {type(value).__name__} (the "
                                   "interpreter reads it through a host copy it cannot write back), but the kernel "
