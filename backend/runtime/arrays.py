@@ -253,6 +253,8 @@ def _describe_array_interface(obj: Any, stream: int) -> ArrayInfo:
     ``__array_struct__``, no DLPack): that memory, viewed with ``np.asarray`` (read-only where the
     interface says so) and staged by value as a numpy array's, the results copied back into it, as the
     interpreter views it in place (frontend/interp/host_arrays.py)."""
+    if hasattr(obj, "__cuda_array_interface__"):  # (an instance attribute: device memory, used in place)
+        return _describe_cai(obj, stream)
     try:
         view = np.asarray(obj)
     except (TypeError, ValueError) as exc:
@@ -266,6 +268,8 @@ def _describe_array_copy(obj: Any, stream: int) -> ArrayInfo:
     ``__array__`` returns, copied (it may be the object's memory or a copy: nothing can tell), read-only,
     so that a kernel writing it is SP0719 in the interpreter's words (:func:`read_only_error`); the
     interpreter reads it the same way."""
+    if hasattr(obj, "__cuda_array_interface__"):  # (an instance attribute: device memory, used in place)
+        return _describe_cai(obj, stream)
     try:
         copy = np.array(obj)
     except (TypeError, ValueError) as exc:

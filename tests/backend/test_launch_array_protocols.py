@@ -142,3 +142,19 @@ def test_an_array_method_object_written_is_sp0719_in_the_same_words_on_both_path
             "pass a numpy array or a torch tensor (e.g. `np.array(x)`) and read the results from it")
         assert info.value.span is not None
     assert device.launches == 0 and np.isnan(out).all()
+
+
+def test_an_instance_cuda_array_interface_still_wins_over_a_class_array_method() -> None:
+    """The Numba-docs pattern (the interface set on the instance) on a class with ``__array__``: device
+    memory, described by its CUDA array interface, not read through ``__array__``."""
+    from sparsile.backend.runtime.arrays import describe_array
+
+    class Both(Converted):
+        pass
+
+    obj = Both(np.zeros(8, np.float32))
+    obj.__cuda_array_interface__ = {"shape": (8,), "typestr": "<f4", "data": (0x7F00_0000_1000, False),
+                                    "version": 3, "strides": None}
+    info = describe_array(obj)
+    assert info is not None and info.host is None and info.ptr == 0x7F00_0000_1000
+    assert info.source == "Both (__cuda_array_interface__)"
