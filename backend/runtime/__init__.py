@@ -23,7 +23,7 @@ lives in a module of its own:
 ``native_launch.py``  launch records replayed by llvmlite-compiled code (the JAX handler,
                       the torch launch record)
 ``graph_objects.py``  knowing when a CUDA graph is destroyed (user objects, a native callback)
-``dlpack.py``         DLPack capsules in and out
+``dlpack``            DLPack capsules in and out (frontend/dlpack.py: the interpreter reads them too)
 ``bench.py``          timing kernels for the autotuner
 ====================  =============================================================================
 
@@ -33,7 +33,8 @@ tested) on machines without a GPU.
 
 from __future__ import annotations
 
-from . import arguments, cudalib, devices, dlpack, tensormap
+from ...frontend import dlpack
+from . import arguments, cudalib, devices, tensormap
 from .devices import (
     RETRY_AFTER_CONTEXT_SWITCH,
     SUCCESS,

@@ -21,7 +21,7 @@ GPU; the device limits are passed in as data):
 
 from __future__ import annotations
 
-from . import dlpack
+from ...frontend import dlpack
 from .arrays import (
     ANY_DEVICE,
     FOREIGN_DEVICE,

@@ -13,7 +13,6 @@ Where arrays come from
 
 from __future__ import annotations
 
-import ctypes
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -21,9 +20,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ...frontend import dlpack
 from ...frontend.diagnostics import LaunchError
+from ...frontend.interp.dlpack_host import memory_view
 from ...frontend.interp.host_arrays import array_copy_written, has_memory_interface
-from . import dlpack
 from .codes import (
     ARG_ALIGNMENT,
     ARG_CONTIGUOUS,
@@ -116,19 +116,9 @@ def is_c_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
 def host_view(ptr: int, dtype: str, shape: tuple[int, ...], strides: tuple[int, ...] | None = None) -> np.ndarray:
     """A writable numpy view of host memory at ``ptr``: dense row-major, or with ``strides`` (in
     elements, any sign) where given (a strided CPU tensor, which the launcher stages by value as a
-    strided numpy array: staging.device_values)."""
-    dt = numpy_dtype(ARRAY_DTYPE_ALIASES.get(dtype, dtype))
-    count = math.prod(shape)
-    if count == 0 or ptr == 0:
-        return np.empty(shape, dtype=dt)
-    if strides is None or is_c_contiguous(shape, strides):
-        raw = (ctypes.c_ubyte * (count * dt.itemsize)).from_address(ptr)
-        return np.frombuffer(raw, dtype=dt).reshape(shape)
-    low = sum(min(0, (n - 1) * st) for n, st in zip(shape, strides, strict=True))
-    high = sum(max(0, (n - 1) * st) for n, st in zip(shape, strides, strict=True))
-    raw = (ctypes.c_ubyte * ((high - low + 1) * dt.itemsize)).from_address(ptr + low * dt.itemsize)
-    first = np.frombuffer(raw, dtype=dt)[-low:]
-    return np.lib.stride_tricks.as_strided(first, shape, tuple(st * dt.itemsize for st in strides))
+    strided numpy array: staging.device_values); the interpreter's view of such memory is the same
+    (frontend/interp/dlpack_host.py ``memory_view``)."""
+    return memory_view(ptr, numpy_dtype(ARRAY_DTYPE_ALIASES.get(dtype, dtype)), shape, strides)
 
 
 def _describe_numpy(arr: np.ndarray, stream: int) -> ArrayInfo:

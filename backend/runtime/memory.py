@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 from cuda.bindings import driver
 
+from ...frontend import dlpack
 from ...frontend.diagnostics import LaunchError
-from . import dlpack
 from .arrays import ArrayInfo, register_array_type
 from .capture_mode import thread_local_capture_mode
 from .codes import ARG_SHAPE

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 from cuda.bindings import driver
 
+from ...frontend import dlpack
 from ...frontend.diagnostics import LaunchError
 from ...frontend.interp.overlap import UNDECIDED, UNDECIDED_REASON, self_overlap
-from . import dlpack
 from .arrays import ANY_DEVICE, ArrayInfo, byte_range, register_array_type
 from .codes import ARG_OVERLAP
 from .devices import check

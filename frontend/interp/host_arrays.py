@@ -7,9 +7,9 @@ used in place (bfloat16 and float8 ones through an ml_dtypes view of their memor
 view of the same memory is the same view, as on the GPU path; a lazy negation such as
 ``torch._neg_view(t)`` through a copy with the negation applied: the GPU launch refuses it, SP0751);
 other torch tensors and cupy arrays are converted to host arrays and written back after the run
-when the kernel writes them. Host memory another library exports through DLPack, or describes
-through ``__array_interface__`` / ``__array_struct__``, is viewed in place (``np.from_dlpack``,
-``np.asarray``), as the GPU path stages it. Any other array object (a JAX array; one with only
+when the kernel writes them. Host memory another library exports through DLPack (of an element
+type numpy lacks too: :mod:`.dlpack_host`), or describes through ``__array_interface__`` /
+``__array_struct__``, is viewed in place, as the GPU path stages it. Any other array object (a JAX array; one with only
 ``__array__``) is read through a read-only host copy: nothing could write it back, so a kernel
 writing it is refused (SP0719, an ``__array__`` object in the GPU path's words:
 :func:`array_copy_written`); an object with no array protocol at all is SP0708, in the GPU
@@ -27,6 +27,7 @@ from ..diagnostics import LaunchError
 from ..ir import types as T
 from ..ir.core import Function, Operation
 from ..ir.scalar_range import check_float_fits
+from .dlpack_host import dlpack_host_view
 from .overlap import UNDECIDED, UNDECIDED_REASON, self_overlap
 from .values import Buffer, PtrVal, TensorVal
 
@@ -64,7 +65,7 @@ def to_host(obj: Any) -> tuple[np.ndarray, Callable[[], None] | None]:
             obj.set(arr)
 
         return arr, back_cp
-    exported = _dlpack_host_view(obj)
+    exported = dlpack_host_view(obj)
     if exported is not None:  # host memory of another library: used in place, as the GPU path stages it
         return exported, None
     if has_memory_interface(type(obj)) and not is_jax_array(obj):  # its memory, in place, as on the GPU
@@ -88,21 +89,6 @@ def array_copy_written(name: str, type_name: str) -> LaunchError:
     return LaunchError("SP0719", f"argument `{name}` (a {type_name}) is read through its __array__, a host copy "
                        "that cannot be written back, but the kernel writes through it",
                        help="pass a numpy array or a torch tensor (e.g. `np.array(x)`) and read the results from it")
-
-
-def _dlpack_host_view(obj: Any) -> np.ndarray | None:
-    """A numpy view of the host memory another library's array exports through DLPack (the GPU
-    launcher views and stages such memory by value: backend/runtime/arrays.py), or None: not a
-    DLPack producer on the CPU, one numpy cannot read (a dtype it lacks), or a JAX array (immutable,
-    though its export does not say so: read through a read-only copy)."""
-    if type(obj).__module__.split(".")[0] in ("jax", "jaxlib") or not hasattr(obj, "__dlpack__"):
-        return None
-    try:
-        if int(obj.__dlpack_device__()[0]) != 1:  # kDLCPU
-            return None
-        return np.from_dlpack(obj)
-    except Exception:  # (BufferError, TypeError, ...: what the producer raises; the copy below then decides)
-        return None
 
 
 def _resolved_copy(t: Any) -> tuple[np.ndarray, Callable[[], None]]:

@@ -151,7 +151,7 @@ class DeviceView:
 
 def _describe_view(view: DeviceView, stream: int) -> Any:
     from ...backend.runtime.arguments import ArrayInfo, dtype_from_numpy
-    from ...backend.runtime.dlpack import compact_strides
+    from ...frontend.dlpack import compact_strides
 
     b = view.buffer
     dtype = dtype_from_numpy(ffi.numpy_dtype(b.dtype))

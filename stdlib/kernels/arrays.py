@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 _INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32"}
 DLPACK_CUDA = 2
-"""DLPack's ``kDLCUDA`` device type (backend/runtime/dlpack.py ``DEVICE_CUDA``)."""
+"""DLPack's ``kDLCUDA`` device type (frontend/dlpack.py ``DEVICE_CUDA``)."""
 
 
 _KIND_OF_TYPE: dict[type, str] = {}

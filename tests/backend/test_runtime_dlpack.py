@@ -1,4 +1,4 @@
-"""CPU tests of the ctypes DLPack reader/writer (backend/runtime/dlpack.py), using numpy as the
+"""CPU tests of the ctypes DLPack reader/writer (frontend/dlpack.py), using numpy as the
 independent producer and consumer."""
 
 from __future__ import annotations
