@@ -502,7 +502,8 @@ a67)  # the GPU files never run (the fifty-seventh session's: byte order, stride
     run 170 python -m pytest -q -m gpu -n 8 --timeout 120 -rfEs --dist worksteal --junitxml="$out/junit-a67.xml" \
         tests/gpu/test_byte_order_gpu.py tests/gpu/test_strided_host_gpu.py tests/stdlib/test_dense_operand_types.py \
         tests/gpu/test_torch_fuse_graph_gpu.py tests/gpu/test_host_view_aliasing_gpu.py tests/backend/test_host_staging.py \
-        tests/gpu/test_jax_gpu.py tests/stdlib/test_sparsity_gpu.py tests/gpu/test_captures_class_code_gpu.py
+        tests/gpu/test_jax_gpu.py tests/stdlib/test_sparsity_gpu.py tests/gpu/test_captures_class_code_gpu.py \
+        tests/gpu/test_array_protocols_gpu.py tests/gpu/test_torch_bf16_view_gpu.py
     run 150 python -m pytest -q -m gpu -n 8 --timeout 150 -rfEs --dist worksteal --junitxml="$out/junit-a67b.xml" \
         tests/frontend tests/stdlib/test_out_aliasing.py "tests/stdlib/test_decode_api.py::test_gpu_pdl_reads_what_the_previous_kernel_wrote" \
         tests/gpu/test_torch_glu_gpu.py tests/gpu/test_torch_kept_launches_gpu.py tests/gpu/test_torch_linear_gpu.py
