@@ -292,8 +292,9 @@ def test_transforms_match_float64(case: dict[str, Any]) -> None:
                                                   "values scale_w")))
 def test_vmap_over_the_weight_matches_float64(case: dict[str, Any], batched: str) -> None:
     """jax.vmap over two weights (the drawn one and another of the same shapes; any mix of values,
-    meta and scale_w batched, the others the first weight's) with x, the bias and scale_x shared: each
-    member against float64 of its own weight, decoded from the values and meta it was given."""
+    meta and scale_w batched, the others the first weight's; nothing batched where the draw has no scale_w
+    to batch) with x, the bias and scale_x shared: each member against float64 of its own weight, decoded
+    from the values and meta it was given."""
     a = build(case)
     other = build(dict(case, seed=case["seed"] + 1))
     parts = batched.split()
@@ -313,7 +314,7 @@ def test_vmap_over_the_weight_matches_float64(case: dict[str, Any], batched: str
     def call(v: Any, e: Any, sw: Any) -> Any:
         return sparse_linear(a["x"], v, e, a["bias"], scale_x=a["sx"], scale_w=sw, **statics)
 
-    f = jax.vmap(call, in_axes=tuple(axes))
+    f = jax.vmap(call, in_axes=tuple(axes), axis_size=2)  # (the size for a draw that batches nothing: no scale_w)
     y = (f if case["mode"] == "eager" else jax.jit(f))(*args)
     assert tuple(y.shape) == (2, *case["lead"], case["m"])
     op = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3"}[str(a["values"].dtype)]
