@@ -93,6 +93,15 @@ def keyed_fold(use: str, operands: Sequence[tuple[Any, Span]], span: Span, recom
         note_fold(use, values, (span.line, span.col), recompute, result)
 
 
+def user_code_failed(use: str, error: Exception, span: Span) -> CompileError:
+    """SP0331: folding ``use`` (`` `==` ``, ``the condition``) at ``span`` ran Python code (a special
+    method of the user's class) that raised ``error``; at a launch check that ran it again too."""
+    return CompileError([Diagnostic(
+        "SP0331", f"{use} failed on compile-time values: {type(error).__name__}: {error}", span,
+        help="a special method of your class raised it: a kernel runs the methods it folds when it is "
+             "compiled and again at every launch (docs/language.md, \"What a kernel captures\")")])
+
+
 def keyed_truth(value: Any, span: Span, use: str = "the condition") -> bool:
     """The truth value of a constant or a tuple (``if v:``): SP0254 when it runs the ``__bool__`` or
     ``__len__`` of an object no key holds the value of (without either, such an object is true)."""
@@ -103,7 +112,10 @@ def keyed_truth(value: Any, span: Span, use: str = "the condition") -> bool:
     if part is not None and (hasattr(type(part), "__bool__") or hasattr(type(part), "__len__")):
         raise unkeyed_error(use, part, span)
     note_folded(v)  # (a dataclass's own `__bool__` reads its fields)
-    truth = bool(v)
+    try:
+        truth = bool(v)
+    except Exception as e:  # (a `__bool__` / `__len__` of the user's: it raised, or gave no bool)
+        raise user_code_failed(use, e, span) from None
     if runs_own_code((v,)):
         note_fold(use, (v,), (span.line, span.col), lambda: bool(v), truth)
     return truth

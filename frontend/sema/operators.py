@@ -18,10 +18,11 @@ from ..ops.core import emit_binary, emit_unary
 from ..ops.opdefs import op_def
 from ..spans import Span
 from ..syntax import ast as A
+from .class_code import runs_own_code
 from .constant_kinds import NUMERIC_UNARY, check_number_use, check_operands
 from .consts import NOT_CONSTANT, python_constant
 from .emitter import MAX_CONSTANT_BITS, ConstantTooLarge, Emitter, check_integer_constant, describe, fold_binary
-from .keyed_values import keyed_fold, keyed_truth
+from .keyed_values import keyed_fold, keyed_truth, user_code_failed
 from .operand_help import membership_help
 from .typed_fold import fold_integer_power, fold_typed, is_integer_power, is_typed
 from .values import POISON, Arg, Const, PoisonError
@@ -116,6 +117,10 @@ class OperatorMixin:
             raise _undefined(op, x, y, span) from None
         except (TypeError, ValueError):
             raise _undefined(op, x, y, span) from None
+        except Exception as e:  # (a special method of the user's class raised: RuntimeError, KeyError)
+            if runs_own_code((x, y)):
+                raise user_code_failed(f"`{op}`", e, span) from None
+            raise
 
     def unaryop(self, node: A.UnaryOp) -> Any:
         v = self.expr(node.operand)
@@ -134,6 +139,10 @@ class OperatorMixin:
             except (TypeError, ValueError):
                 msg = f"`{node.op}` is not defined on {v.value!r}"
                 raise CompileError([Diagnostic("SP0329", msg, node.span)]) from None
+            except Exception as e:
+                if runs_own_code((x,)):
+                    raise user_code_failed(f"`{node.op}`", e, node.span) from None
+                raise
             keyed_fold(f"`{node.op}`", ((v, node.operand.span),), node.span, lambda: fold(x), folded.value)
             return folded
         if isinstance(v, tuple):
@@ -286,6 +295,10 @@ class OperatorMixin:
                 raise
             msg = f"`{op}` needs a tuple on the right, found {y!r}"
             raise CompileError([Diagnostic("SP0331", msg, span)]) from None
+        except Exception as e:  # (`x in y` ran a `__contains__` / `__eq__` of the user's class that raised)
+            if runs_own_code((x, y)):
+                raise user_code_failed(f"`{op}`", e, span) from None
+            raise
         if not (op in ("is", "is not") and (x is None or y is None)):  # (`obj is None` runs no code of obj)
             keyed_fold(f"`{op}`", ((a, span), (b, span)), span, decide, result)
         return Const(result)
