@@ -78,7 +78,8 @@ def own_code(cls: type) -> bool:
     Python function (a ``staticmethod``, ``classmethod`` or ``property`` of one too) of a module
     outside :data:`TRUSTED_MODULES`, not written by ``@dataclass``, or a callable object."""
     for c in cls.__mro__:
-        if _trusted(getattr(c, "__module__", None)):
+        module = getattr(c, "__module__", None)
+        if _trusted(module) and module != "builtins":  # (a class `exec`ed without `__name__` says "builtins")
             continue
         for name, attr in vars(c).items():
             if name.startswith("__") and name.endswith("__") and name not in NOT_FOLDED and _user_callable(attr):
@@ -112,10 +113,17 @@ def _user_callable(attr: Any) -> bool:
 
 def _user_code(function: Any, code: pytypes.CodeType) -> bool:
     """Whether a Python function is a user's: not of a trusted module, nor compiled from text by
-    ``@dataclass`` (file "<string>"), nor a wrapper that a trusted module wrote (``@dataclass``'s
-    ``__repr__`` guard, whose ``__module__`` is the class's)."""
-    return (not _trusted(getattr(function, "__module__", None)) and code.co_filename != "<string>"
+    ``@dataclass`` (:func:`_dataclass_written`), nor a wrapper that a trusted module wrote
+    (``@dataclass``'s ``__repr__`` guard, whose ``__module__`` is the class's)."""
+    return (not _trusted(getattr(function, "__module__", None)) and not _dataclass_written(code)
             and code.co_filename not in _trusted_files())
+
+
+def _dataclass_written(code: pytypes.CodeType) -> bool:
+    """Whether ``code`` is of a method ``@dataclass`` wrote: compiled from text (file "<string>")
+    inside its ``__create_fn__``. Other code compiled from text (a class a factory ``exec``s) is a
+    user's: its special methods may read what no key holds."""
+    return code.co_filename == "<string>" and code.co_qualname.startswith("__create_fn__.<locals>.")
 
 
 @functools.cache
