@@ -45,6 +45,9 @@ _C_CALLABLES = (pytypes.BuiltinFunctionType, pytypes.WrapperDescriptorType, pyty
 
 _MAX_DEPTH = 8
 
+_HEAP_TYPE = 1 << 9
+"""``Py_TPFLAGS_HEAPTYPE``: a class made by a ``class`` statement (Python's own, ``int``, are static)."""
+
 
 def runs_own_code(values: Iterable[Any]) -> bool:
     """Whether one of ``values`` (in a tuple or list, or a field of a dataclass instance or
@@ -79,8 +82,8 @@ def own_code(cls: type) -> bool:
     outside :data:`TRUSTED_MODULES`, not written by ``@dataclass``, or a callable object."""
     for c in cls.__mro__:
         module = getattr(c, "__module__", None)
-        if _trusted(module) and module != "builtins":  # (a class `exec`ed without `__name__` says "builtins")
-            continue
+        if _trusted(module) and (module != "builtins" or not c.__flags__ & _HEAP_TYPE):
+            continue  # (a class `exec`ed without `__name__` says "builtins": a heap type, unlike int's)
         for name, attr in vars(c).items():
             if name.startswith("__") and name.endswith("__") and name not in NOT_FOLDED and _user_callable(attr):
                 return True
