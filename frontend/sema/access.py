@@ -13,7 +13,7 @@ from ..ir import types as T
 from ..ir.core import Value
 from ..syntax import ast as A
 from .builtins import lookup_method, method_names
-from .emitter import Emitter, describe
+from .emitter import Emitter, describe, plain_number
 from .member_help import missing_member
 from .operand_help import subscript_help
 from .type_ctors import TypeCtor
@@ -127,7 +127,11 @@ class AccessMixin:
                                                    idx_node.span)])
                 return tuple(seq[slice(*parts)])
             i = self.const_expr(idx_node, "a tuple index")
-            if not isinstance(i, int) or isinstance(i, bool) or not -len(seq) <= i < len(seq):
+            if not isinstance(i, int) or isinstance(i, bool):
+                raise CompileError([Diagnostic("SP0333", f"a tuple index must be an integer constant, found {i!r}",
+                                               idx_node.span)])
+            i = plain_number(i)  # (`class Size(int)` by its value, its key: not through its own `<`)
+            if not -len(seq) <= i < len(seq):
                 raise CompileError([Diagnostic("SP0333", f"index {i!r} is out of range for a tuple of {len(seq)}",
                                                idx_node.span)])
             return seq[i]
