@@ -52,6 +52,7 @@ _CODE_NAMES = {0: "int", 1: "uint", 2: "float", 3: "opaque", 4: "bfloat", 5: "co
                15: "float6_e2m3fn", 16: "float6_e3m2fn", 17: "float4_e2m1fn"}
 
 READ_ONLY_FLAG = 1  # DLPACK_FLAG_BITMASK_READ_ONLY
+COPIED_FLAG = 2  # DLPACK_FLAG_BITMASK_IS_COPIED: the producer exported a copy, not its own memory
 
 
 class DLDevice(ctypes.Structure):
@@ -125,6 +126,9 @@ class DLPackTensor:
     strides: tuple[int, ...]
     readonly: bool
     capsule: Any
+    copied: bool = False
+    """The producer exported a copy (a versioned capsule's IS_COPIED flag): what a kernel writes into it
+    never reaches the producer's object."""
 
     @property
     def is_host(self) -> bool:
@@ -190,10 +194,11 @@ def read_capsule(capsule: Any) -> DLPackTensor:
         if managed.version.major != 1:
             raise DLPackError(f"unsupported DLPack version {managed.version.major}.{managed.version.minor}")
         readonly = bool(managed.flags & READ_ONLY_FLAG)
+        copied = bool(managed.flags & COPIED_FLAG)
         tensor = managed.dl_tensor
     elif _capsule_is_valid(address, _NAME_LEGACY):
         tensor = DLManagedTensor.from_address(_capsule_get_pointer(address, _NAME_LEGACY)).dl_tensor
-        readonly = False
+        readonly = copied = False
     else:
         raise DLPackError("not a DLPack capsule (expected a PyCapsule named 'dltensor' or "
                           "'dltensor_versioned'; was it consumed already?)")
@@ -202,7 +207,7 @@ def read_capsule(capsule: Any) -> DLPackTensor:
     return DLPackTensor(
         data=data, device_type=int(tensor.device.device_type), device_id=int(tensor.device.device_id),
         dtype=dtype_from_code(code, bits, lanes), dtype_label=dtype_label(code, bits, lanes),
-        shape=shape, strides=strides, readonly=readonly, capsule=capsule,
+        shape=shape, strides=strides, readonly=readonly, capsule=capsule, copied=copied,
     )
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from ...frontend import dlpack
 from ...frontend.diagnostics import LaunchError
-from ...frontend.interp.dlpack_host import memory_view
+from ...frontend.interp.dlpack_host import exported_copy_written, memory_view
 from ...frontend.interp.host_arrays import array_copy_written, has_memory_interface
 from .codes import (
     ARG_ALIGNMENT,
@@ -83,6 +83,9 @@ class ArrayInfo(NamedTuple):
     array_copy: bool = False
     """An object read through its ``__array__`` (``readonly`` too): ``host`` is what that returned,
     possibly a copy, which nothing could write back (:func:`read_only_error` says so)."""
+    exported_copy: bool = False
+    """A DLPack export that is a copy the producer made (its IS_COPIED flag; ``readonly`` too): what a
+    kernel wrote into it would never reach the producer's object."""
 
     @property
     def nbytes(self) -> int:
@@ -227,7 +230,8 @@ def _describe_dlpack(obj: Any, stream: int) -> ArrayInfo:
     if t.is_host:
         view = host_view(t.data, t.dtype, t.shape, t.strides) if t.dtype else None
         return ArrayInfo(t.data, t.dtype, t.dtype_label, t.shape, t.strides, contiguous, HOST,
-                         t.device_label, t.readonly, source, None, view, (t.capsule, obj))
+                         t.device_label, t.readonly or t.copied, source, None, view, (t.capsule, obj),
+                         exported_copy=t.copied)
     if t.device_type == dlpack.DEVICE_CUDA:
         device = t.device_id
     elif t.device_type == dlpack.DEVICE_CUDA_MANAGED:
@@ -235,7 +239,7 @@ def _describe_dlpack(obj: Any, stream: int) -> ArrayInfo:
     else:
         device = FOREIGN_DEVICE
     return ArrayInfo(t.data, t.dtype, t.dtype_label, t.shape, t.strides, contiguous, device, t.device_label,
-                     t.readonly, source, None, None, t.capsule)
+                     t.readonly or t.copied, source, None, None, t.capsule, exported_copy=t.copied)
 
 
 def _describe_array_interface(obj: Any, stream: int) -> ArrayInfo:
@@ -351,6 +355,8 @@ def read_only_error(name: str, info: ArrayInfo) -> LaunchError:
     outputs of sparsile.jax.call."""
     if info.array_copy:
         return array_copy_written(name, info.source.split(" (")[0])
+    if info.exported_copy:
+        return exported_copy_written(name, info.source.split(" (")[0])
     if info.immutable:
         return LaunchError(READ_ONLY, f"argument `{name}` is a read-only {info.source.split(' (')[0]} (a JAX array: "
                            "immutable, and JAX may share its memory with other arrays, constants or caches), but "

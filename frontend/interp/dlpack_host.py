@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .. import dlpack
+from ..diagnostics import LaunchError
 from ..ir import types as T
 
 
@@ -30,6 +31,13 @@ def dlpack_host_view(obj: Any) -> np.ndarray | None:
             return None
     except Exception:  # (what the producer raises: then it is no host array to view)
         return None
+    if exports_copy(obj):  # (read through that copy, read-only: np.from_dlpack ignores the flag)
+        tensor = dlpack.from_object(obj)
+        if not tensor.is_host or tensor.dtype is None:
+            return None
+        view = _view(tensor, T.numpy_dtype(T.SCALAR_TYPES[tensor.dtype]), obj)
+        view.flags.writeable = False
+        return view
     try:
         return np.from_dlpack(obj)
     except Exception:  # (BufferError, TypeError, ...: a dtype numpy lacks; sparsile's reader decides)
@@ -41,6 +49,24 @@ def dlpack_host_view(obj: Any) -> np.ndarray | None:
     if not tensor.is_host or tensor.dtype is None:
         return None
     return _view(tensor, T.numpy_dtype(T.SCALAR_TYPES[tensor.dtype]), obj)
+
+
+def exports_copy(obj: Any) -> bool:
+    """Whether ``obj``'s DLPack export is a copy the producer made (DLPack 1.0's IS_COPIED flag: a
+    producer may copy where it cannot export its memory), which results written by a kernel would
+    never leave: both paths read it and refuse a write (SP0719, :func:`exported_copy_written`)."""
+    try:
+        return dlpack.from_object(obj).copied
+    except Exception:  # (what the producer raises: the readers that follow report it)
+        return False
+
+
+def exported_copy_written(name: str, type_name: str) -> LaunchError:
+    """SP0719 for an object whose DLPack export is a copy (:func:`exports_copy`) passed for parameter
+    ``name``, which the kernel writes: the words of both paths (backend/runtime/arrays.py)."""
+    return LaunchError("SP0719", f"argument `{name}` (a {type_name}) exports a copy through DLPack (its IS_COPIED "
+                       "flag), which cannot be written back, but the kernel writes through it",
+                       help="pass a numpy array or a torch tensor (e.g. `np.array(x)`) and read the results from it")
 
 
 def _view(tensor: dlpack.DLPackTensor, dt: np.dtype, owner: Any) -> np.ndarray:

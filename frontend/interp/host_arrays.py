@@ -27,7 +27,7 @@ from ..diagnostics import LaunchError
 from ..ir import types as T
 from ..ir.core import Function, Operation
 from ..ir.scalar_range import check_float_fits
-from .dlpack_host import dlpack_host_view
+from .dlpack_host import dlpack_host_view, exported_copy_written, exports_copy
 from .overlap import UNDECIDED, UNDECIDED_REASON, self_overlap
 from .values import Buffer, PtrVal, TensorVal
 
@@ -373,6 +373,8 @@ def interpreter_params(func: Function, bound: dict[str, Any]) -> tuple[dict[str,
                               f"{t.elem}), got {type(value).__name__}",
                               help="pass a numpy array, a CUDA tensor/array (torch, CuPy, JAX) or a DeviceBuffer")
         if not arr.flags.writeable and p.name in written:
+            if not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__") and exports_copy(value):
+                raise exported_copy_written(p.name, type(value).__name__)
             if _is_foreign(value, arr) and not is_jax_array(value):
                 raise array_copy_written(p.name, type(value).__name__)
             if _is_foreign(value, arr):
