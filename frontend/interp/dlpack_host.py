@@ -31,22 +31,16 @@ def dlpack_host_view(obj: Any) -> np.ndarray | None:
             return None
     except Exception:  # (what the producer raises: then it is no host array to view)
         return None
-    if exports_copy(obj):  # (read through that copy, read-only: np.from_dlpack ignores the flag)
-        tensor = dlpack.from_object(obj)
-        if not tensor.is_host or tensor.dtype is None:
-            return None
-        view = _view(tensor, T.numpy_dtype(T.SCALAR_TYPES[tensor.dtype]), obj)
-        view.flags.writeable = False
-        return view
-    try:
-        return np.from_dlpack(obj)
-    except Exception:  # (BufferError, TypeError, ...: a dtype numpy lacks; sparsile's reader decides)
-        pass
-    try:
-        tensor = dlpack.from_object(obj)
-    except (dlpack.DLPackError, BufferError, RuntimeError, TypeError, ValueError):
-        return None
-    if not tensor.is_host or tensor.dtype is None:
+    try:  # (sparsile's reader: it sees DLPack 1.0's flags, which np.from_dlpack ignores)
+        tensor: dlpack.DLPackTensor | None = dlpack.from_object(obj)
+    except Exception:  # (what the producer raises: numpy's reader, which follows, reports it or not)
+        tensor = None
+    if tensor is None or not tensor.copied:
+        try:
+            return np.from_dlpack(obj)
+        except Exception:  # (BufferError, TypeError, ...: a dtype numpy lacks; sparsile's reader decides)
+            pass
+    if tensor is None or not tensor.is_host or tensor.dtype is None:
         return None
     return _view(tensor, T.numpy_dtype(T.SCALAR_TYPES[tensor.dtype]), obj)
 
@@ -71,9 +65,9 @@ def exported_copy_written(name: str, type_name: str) -> LaunchError:
 
 def _view(tensor: dlpack.DLPackTensor, dt: np.dtype, owner: Any) -> np.ndarray:
     """The memory ``tensor`` describes as a numpy array of ``dt``, keeping the capsule and ``owner``
-    alive as long as the view; read-only where the export says so."""
+    alive as long as the view; read-only where the export says so or is a copy."""
     view = memory_view(tensor.data, dt, tensor.shape, tensor.strides, keep=(tensor.capsule, owner))
-    if tensor.readonly:
+    if tensor.readonly or tensor.copied:  # (a copy: what a kernel wrote would never leave it)
         view.flags.writeable = False
     return view
 
