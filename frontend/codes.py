@@ -364,6 +364,7 @@ CODES: dict[str, str] = {
     "SP0936": "the kernel call failed while XLA ran it",
     "SP0937": "JAX older than sparsile.jax supports",
     "SP0938": "sparse_linear inputs that do not fit together",
+    "SP0939": "a SparseLinear sharded inside a metadata block",
     "SP0944": "bad projection groups",
 }
 """code -> short title (the heading of its docs/diagnostics.md section)."""

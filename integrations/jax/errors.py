@@ -22,8 +22,9 @@ SP_JAX_ARGUMENT = "SP0932"
 """A kernel argument of a kind the call cannot pass: a traced value for a scalar or constexpr
 parameter (they are static), or something that is neither an array nor a number (a
 ``jax.ShapeDtypeStruct`` for an input); a traced ``split_k``, ``interpret`` or ``in_features`` of
-``sparse_linear`` or ``interpret`` of ``call`` (static options); ``constexprs`` that is no mapping; a
-traced weight for ``SparseLinear.from_dense`` (it compresses on the host)."""
+``sparse_linear`` (or ``out_features`` of ``SparseLinear``) or ``interpret`` of ``call`` (static
+options); ``constexprs`` that is no mapping; a traced weight for ``SparseLinear.from_dense`` (it
+compresses on the host)."""
 SP_JAX_WRITES_INPUT = "SP0933"
 """The kernel writes a parameter that is an input, not an output, or ``input_output_aliases`` is bad."""
 SP_JAX_NO_AUTODIFF = "SP0934"
@@ -37,6 +38,10 @@ SP_JAX_TOO_OLD = "SP0937"
 SP_JAX_LINEAR_INPUT = "SP0938"
 """``sparse_linear`` inputs that do not fit together: x, values, meta or bias of the wrong rank,
 shape or element type."""
+SP_JAX_ROW_SHARD = "SP0939"
+"""A ``SparseLinear`` whose values hold a part of its ``out_features`` rows (a shard of its output
+features, inside ``shard_map`` or ``pmap``) that is not whole 16-row blocks of the sm90 metadata
+words, or more rows than ``out_features`` (shards.py)."""
 
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../integrations
 _PACKAGE = os.path.dirname(_HERE)

@@ -47,6 +47,7 @@ from .call import call, check_concrete
 from .errors import SP_JAX_ARGUMENT, SP_JAX_LINEAR_INPUT, JaxCallError
 from .grad import linear_jvp
 from .primitive import check_special
+from .shards import check_row_shard, rows_of
 
 LINEAR_OPERANDS = {"float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3"}
 """values element type -> the operand type of its ``sparse_linear_<t>`` kernel."""
@@ -107,6 +108,19 @@ def _in_features(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise _bad(f"in_features must be a positive integer, got {value!r}",
                    "in_features is the weight's own K, the width of x: (..., in_features)")
+    return value
+
+
+def _out_features(value: Any, values: Any) -> int | None:
+    """``out_features`` as an int: SP0932 for a traced value (it is static), SP0938 for anything but
+    a non-negative integer; None takes the values' rows (:func:`~.shards.rows_of`: None where the
+    values have no such shape)."""
+    value = _static(value, "out_features")
+    if value is None:
+        return rows_of(values)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _bad(f"out_features must be a non-negative integer, got {value!r}",
+                   "out_features is the weight's row count, the width of y: (..., out_features)")
     return value
 
 
@@ -389,7 +403,7 @@ class SparseLinear:
 
     ``values``, ``meta``, ``bias`` and ``scale_w`` are pytree leaves (so the layer can be a field
     of an Equinox module, a Flax variable, or an argument of ``jax.jit``); ``activation``,
-    ``out_dtype``, ``interpret`` and ``in_features`` are static.
+    ``out_dtype``, ``interpret``, ``in_features`` and ``out_features`` are static.
 
     ``in_features``: the weight's own K (:meth:`from_dense` records it). The values of a K that is no
     multiple of the kernel's K step are zero-padded, so from them alone an x a few features short of
@@ -397,6 +411,13 @@ class SparseLinear:
     ``in_features`` set, a call checks x's width against it (SP0938). None: the values' padded K.
     ``meta`` may be given as the tagged ``MetadataBuffer`` of ``prune_and_compress``: it is checked
     against the values, the layer holds its words, and its K is ``in_features``.
+
+    ``out_features``: the weight's row count N_out (None: the values' rows, where the values are
+    an array; :meth:`from_dense` records it). jax rebuilds the layer with its static fields, so
+    inside ``shard_map`` or ``pmap`` of a layer sharded over its output features the leaves are a
+    device's rows and ``out_features`` is still the whole weight's: a call (and :meth:`dense`) then
+    checks that the shard is whole 16-row blocks of the sm90 metadata words (SP0939; a split inside
+    a block reads the words of other rows, docs/jax.md "Several devices").
     """
 
     values: Any
@@ -407,12 +428,14 @@ class SparseLinear:
     out_dtype: Any = dataclasses.field(default=None, metadata={"static": True})
     interpret: bool = dataclasses.field(default=False, metadata={"static": True})
     in_features: int | None = dataclasses.field(default=None, metadata={"static": True})
+    out_features: int | None = dataclasses.field(default=None, metadata={"static": True})
 
     @classmethod
     def from_dense(cls, weight: Any, dtype: str = "bf16", bias: Any = None, **options: Any) -> SparseLinear:
         """Prune ``weight`` (N_out, K) to 2:4 by magnitude, cast to ``dtype`` (f16 or bf16) and
         compress it, on the host (``prune_and_compress``); the metadata is validated there, once.
-        ``options``: the static fields (activation, out_dtype, interpret)."""
+        ``options``: the static fields (activation, out_dtype, interpret; in_features and
+        out_features are the weight's)."""
         from ...stdlib.kernels import prune_and_compress
 
         if dtype not in ("f16", "bf16"):
@@ -428,16 +451,19 @@ class SparseLinear:
         weight = np.asarray(weight)
         values, meta = prune_and_compress(weight, dtype)
         options.setdefault("in_features", int(weight.shape[-1]) if weight.ndim == 2 else None)
+        options.setdefault("out_features", int(weight.shape[0]) if weight.ndim == 2 else None)
         return cls(jnp.asarray(values), jnp.asarray(meta.data.view(np.uint32)),
                    None if bias is None else jnp.asarray(bias), **options)
 
     def __post_init__(self) -> None:
         # (also run when jax rebuilds the pytree: only the static fields and a MetadataBuffer are touched,
-        # and the static fields jax rebuilds with are those a constructor checked)
+        # and the static fields jax rebuilds with are those a constructor checked: out_features among
+        # them, so a layer rebuilt from shards of its leaves keeps the whole weight's row count)
         _check_options(self.activation, self.out_dtype)
         meta, in_features = _untagged(self.meta, self.values, _in_features(self.in_features))
         object.__setattr__(self, "meta", meta)
         object.__setattr__(self, "in_features", in_features)
+        object.__setattr__(self, "out_features", _out_features(self.out_features, self.values))
 
     def dense(self) -> np.ndarray:
         """The pruned (N_out, K) weight on the host, in the values' dtype (for checks); K is
@@ -449,15 +475,18 @@ class SparseLinear:
                                     "the device with sparsile.integrations.jax.grad.dense_weight(values, meta, "
                                     "in_features)")
         op = LINEAR_OPERANDS[np.dtype(self.values.dtype).name]
+        check_row_shard(self.values, self.out_features, op)
         dense = decompress(np.asarray(self.values), np.asarray(self.meta).view(np.uint32), "sm90", op)
         return dense if self.in_features is None else dense[:, :self.in_features]
 
     def __call__(self, x: Any, scale_x: Any = None) -> Any:
-        _check_concrete(x)
+        _check_concrete(x, self.values)  # (x, then the values, whose rows the shard check reads)
         k = np.shape(x)[-1] if np.ndim(x) >= 1 else None
         if self.in_features is not None and k is not None and k != self.in_features:
             raise _bad(f"x has K = {k} features but the layer takes in_features = {self.in_features}",
                        "x is (..., in_features)")
+        if hasattr(self.values, "dtype"):
+            check_row_shard(self.values, self.out_features, LINEAR_OPERANDS.get(np.dtype(self.values.dtype).name))
         return sparse_linear(x, self.values, self.meta, self.bias, activation=self.activation, scale_x=scale_x,
                              scale_w=self.scale_w, out_dtype=self.out_dtype, interpret=self.interpret,
                              in_features=self.in_features)

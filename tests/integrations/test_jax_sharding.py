@@ -3,7 +3,9 @@ with two host devices (XLA_FLAGS=--xla_force_host_platform_device_count=2, which
 jax starts: so in a subprocess). Every result equals the layer on one device bit for bit (the same
 kernel, plan and tokens per shard) and float64: x sharded over its tokens, a stack of layers sharded
 over its members (pmap, and jax.vmap inside shard_map), and a layer's output features sharded at a
-multiple of 16 rows (docs/jax.md, "Several devices")."""
+multiple of 16 rows (docs/jax.md, "Several devices"), as arrays of sparse_linear and as a
+SparseLinear (shard_map and pmap); a SparseLinear sharded inside a 16-row block of its metadata
+words is SP0939 while tracing (test_jax_row_shards.py has the same in one process)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ SCRIPT = textwrap.dedent('''
     import inspect
     import numpy as np, jax, jax.numpy as jnp
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-    from sparsile.integrations.jax import SparseLinear, sparse_linear
+    from sparsile.integrations.jax import JaxCallError, SparseLinear, sparse_linear
     try:
         from jax import shard_map
     except ImportError:  # (older jax)
@@ -78,6 +80,34 @@ SCRIPT = textwrap.dedent('''
         y = sharded(lambda v, e, b, s, x: sparse_linear(x, v, e, b, scale_w=s), (P("d"),) * 4 + (P(),), P(None, "d"))(
             layer.values, layer.meta, layer.bias, layer.scale_w, x[0])
         same(f"{dtype} shard_map over the output features", y, layer, x[0])
+        # the same with the layer itself, in shard_map and in pmap (its leaves reshaped to a device axis)
+        by_rows = lambda l, x: sharded(lambda l, x: l(x), (P("d"), P()), P(None, "d"))(l, x)
+        rows_pmap = lambda l, x: jnp.concatenate(list(jax.pmap(lambda l, x: l(x), in_axes=(0, None))(
+            jax.tree_util.tree_map(lambda a: a.reshape(2, -1, *a.shape[1:]), l), x)), -1)
+        same(f"{dtype} shard_map of a SparseLinear over its output features", by_rows(layer, x[0]), layer, x[0])
+        same(f"{dtype} pmap of a SparseLinear over its output features", rows_pmap(layer, x[0]), layer, x[0])
+        # jax.jit of a layer whose leaves are sharded over their rows, inside a block (12 values rows and 16
+        # words rows a device): jit traces the layer with its global shapes, and XLA gathers the operands of
+        # the kernel call (a custom call it cannot partition), so this is the whole weight's result
+        odd = layer_of(24, K, dtype)
+        spread = jax.device_put(odd, NamedSharding(mesh, P("d")))
+        assert len(spread.values.sharding.device_set) == 2 and spread.values.addressable_shards[0].data.shape[0] == 12
+        y = jax.jit(lambda l, x: l(x))(spread, x[0])
+        same(f"{dtype} jit of a SparseLinear sharded inside a block", y, odd, x[0])
+        # 24 and 56 rows over 2 devices (12 and 28 a device) split a 16-row block of the metadata words:
+        # each shard's shapes are those of a 12- or 28-row weight, so it ran with other rows' words
+        for n in (24, 56):
+            for how, run in (("shard_map", by_rows), ("pmap", rows_pmap)):
+                try:
+                    np.asarray(run(layer_of(n, K, dtype), x[0]))  # (waited for: a process left running hung)
+                except JaxCallError as e:
+                    assert e.code == "SP0939", (e.code, e.message)
+                    assert e.message.startswith(f"the layer's values hold {n // 2} of its out_features = {n} rows "
+                                                "(a shard of its output features), which is not a multiple of 16"), \
+                        e.message
+                    print("refused", dtype, how, n)
+                else:
+                    raise AssertionError(f"{dtype} {how}: a SparseLinear of {n} rows over 2 devices ran")
 
         members = [layer_of(40, K, dtype) for _ in range(2)]  # (40 rows: a member's own padded words)
         stack = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *members)
@@ -95,4 +125,5 @@ def test_several_devices_give_the_single_device_results() -> None:
     run = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600, cwd=ROOT,
                          env=env)
     assert run.returncode == 0, run.stdout + run.stderr[-4000:]
-    assert run.stdout.count("ok ") == 2 * (4 + 1 + 4), run.stdout
+    assert run.stdout.count("ok ") == 2 * (4 + 4 + 4), run.stdout
+    assert run.stdout.count("refused ") == 2 * 2 * 2, run.stdout
