@@ -297,12 +297,9 @@ def _build_launcher(kernel: Any, bindings: dict[str, Any], key: tuple, target: A
 
 
 def _host_memory(value: Any) -> Any:
-    """A numpy view of the host memory of ``value`` when it is a numpy array, a CPU torch tensor or
-    another DLPack array on the CPU (of any strides: the launcher stages it by value), else None."""
-    import numpy as np
-
-    if isinstance(value, np.ndarray):
-        return value
+    """The description (``ArrayInfo``, its ``host`` a numpy view of the memory) of ``value`` when it
+    is a numpy array, a CPU torch tensor or another DLPack array on the CPU (of any strides: the
+    launcher stages it by value), else None."""
     device = getattr(value, "__dlpack_device__", None)  # (torch, cupy, JAX; a DeviceBuffer: CUDA)
     try:
         if device is None or int(device()[0]) != 1:  # kDLCPU
@@ -315,7 +312,7 @@ def _host_memory(value: Any) -> Any:
         info = describe_array(value)
     except LaunchError:
         return None
-    return info.host if info is not None and info.device == HOST else None
+    return info if info is not None and info.device == HOST and info.host is not None else None
 
 
 def _is_empty(grid: Any) -> bool:
@@ -328,45 +325,63 @@ def _is_empty(grid: Any) -> bool:
 
 def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any], empty: bool = False) -> list[tuple[Any, Any]]:
     """A host array passed for a tensor read by TMA must be one device copy shared by its pointer
-    and its tensor maps: copy it once here (and back afterwards if the kernel writes it). Another
-    argument of the same host memory (a numpy array, a CPU torch tensor) gets the same copy; one
-    that overlaps it only in part, with a write, is LaunchError SP0750 (``arguments.shared_host_copy``),
-    and one the kernel writes that is read-only SP0719 (its copy would be writable).
+    and its tensor maps: copy it once here (and back afterwards if the kernel writes it). The host
+    arrays of the launch are planned as the launcher plans them (``runtime.host_groups``): another
+    argument of the same host memory (a numpy array, a CPU torch tensor) gets the same copy, one
+    that overlaps it in part gets its place in one copy of their union where both are C-contiguous
+    and of the machine's byte order (a :class:`~sparsile.backend.runtime.staging.StagedView` at its
+    offset), else, with a write, is LaunchError SP0750; one the kernel writes that is read-only is
+    SP0719 (its copy would be writable). Returns (host, device copy) to copy back, in that order.
     ``empty``: the grid has a 0 dimension, nothing runs: the same checks, but each copy is an
     :class:`~sparsile.backend.runtime.staging.Unstaged` stand-in (nothing allocated or copied, and
     nothing to copy back)."""
     import numpy as np
 
-    from ..backend.runtime import DeviceBuffer
-    from ..backend.runtime.arguments import shared_host_copy
-    from ..backend.runtime.staging import Unstaged, writable_twin
+    from ..backend import runtime
+    from ..backend.runtime.arrays import host_view
+    from ..backend.runtime.host_groups import HostEntry, aliasable, plan_host_groups, written_spans
+    from ..backend.runtime.staging import StagedView, Unstaged
 
     names = sorted({p.name.split(".tmap")[0] for p in launcher.spec.params if p.kind == "tensormap"})
     hosts = [n for n in names if isinstance(bound[n], np.ndarray)]
     if not hosts:
         return []
-    staged: list[tuple[str, np.ndarray, bool]] = []
-    devices: list[Any] = []
     others = [(n, _host_memory(v)) for n, v in bound.items() if n not in names]
-    arrays = [(n, bound[n]) for n in hosts] + [(n, h) for n, h in others if h is not None]
-    for name, v in arrays:  # (the launcher sees the copy, which is writable: SP0719 here, before any copy)
+    arrays = [(n, bound[n], False) for n in hosts] + [(n, info.host, info.source == "CPU torch tensor" and
+                                                       info.host.dtype.kind == "V") for n, info in others if info]
+    for name, v, _ in arrays:  # (the launcher sees the copy, which is writable: SP0719 here, before any copy)
         if name in launcher.written and not v.flags.writeable:
             raise _read_only(name, bound[name])
-    for name, v in arrays:
-        writes = name in launcher.written
-        same = shared_host_copy(staged, name, v, writes)
-        if same is not None:
-            first, host, written = staged[same]
-            staged[same] = (first, writable_twin(host, v, writes), written or writes)
-            bound[name] = devices[same]
-        elif name in hosts:
-            staged.append((name, v, writes))
-            devices.append(Unstaged(v) if empty else
-                           DeviceBuffer.from_numpy(np.ascontiguousarray(v), device=launcher.device.ordinal))
-            bound[name] = devices[-1]
-    if empty:
-        return []
-    return [(host, dev) for (_, host, written), dev in zip(staged, devices, strict=True) if written]
+    entries = [HostEntry(n, v, n in launcher.written, aliasable(v, converted)) for n, v, converted in arrays]
+    back: list[tuple[Any, Any]] = []
+    for group in plan_host_groups(entries):
+        members = [entries[i] for i in group.members]
+        if not any(e.name in hosts for e in members):
+            continue  # (staged by the launcher)
+        one_view = not any(group.offsets) and len({(e.array.dtype, e.array.shape) for e in members}) == 1
+        if empty:
+            stand_in = Unstaged(members[0].array)
+            for e in members:
+                bound[e.name] = stand_in if one_view else Unstaged(e.array)
+            continue
+        if one_view:
+            first = members[0].array  # one view: one copy, as the array it is
+            dev = runtime.DeviceBuffer.from_numpy(np.ascontiguousarray(first), device=launcher.device.ordinal)
+            for e in members:
+                bound[e.name] = dev
+            if group.written:
+                back.append((entries[group.written[0]].array, dev))
+            continue
+        buf = runtime.DeviceBuffer(group.nbytes, device=launcher.device.ordinal)  # the union of partial overlaps
+        data = buf.ptr + group.lead
+        span = host_view(group.lo, "u8", (group.hi - group.lo,))
+        runtime.memory.copy_host_to_device(data, span, device=launcher.device.ordinal)
+        for e, offset in zip(members, group.offsets, strict=True):
+            bound[e.name] = StagedView(buf, data + offset, e.array)
+        for lo, hi in written_spans(group, entries):
+            back.append((host_view(lo, "u8", (hi - lo,)), StagedView(buf, data + lo - group.lo,
+                                                                     host_view(lo, "u8", (hi - lo,)))))
+    return back
 
 
 def _read_only(name: str, value: Any) -> LaunchError:

@@ -13,7 +13,7 @@ GPU; the device limits are passed in as data):
 ``arrays.py``         array arguments (numpy, torch, ``__cuda_array_interface__``, DLPack): what
                       they are and the checks they must pass
 ``launch_config.py``  grid, block, shared memory, cluster, ``pdl`` and ``stream=``
-``staging.py``        which host arrays share one device copy (:func:`shared_host_copy`)
+``host_groups.py``    which host arrays share one device copy, at which offset (:func:`plan_host_groups`)
 ====================  ===========================================================================
 
 :mod:`sparsile.backend.runtime` drives them (``launcher.py``).
@@ -64,6 +64,7 @@ from .codes import (
     TENSOR_MAP,
 )
 from .dtypes import DTYPES, DTypeInfo, array_dtype_matches, dtype_from_numpy, dtype_from_torch, dtype_info, numpy_dtype
+from .host_groups import HostEntry, plan_host_groups
 from .launch_config import (
     check_cluster,
     check_grid_fits_cluster,
@@ -91,19 +92,19 @@ from .params import (
     layout_slots,
 )
 from .scalars import check_divisible, describe_value, encode_scalar, scalar_writer
-from .staging import shared_host_copy
 
 __all__ = [
     "ANY_DEVICE", "ARG_ALIGNMENT", "ARG_CONTIGUOUS", "ARG_COUNT", "ARG_DEVICE", "ARG_DTYPE", "ARG_HOST_MEMORY",
     "ARG_KEYWORD", "ARG_KIND", "ARG_OVERLAP", "ARG_RANGE", "ARG_SHAPE", "BLOCK", "CLUSTER", "CONSTEXPR", "DRIVER",
     "DTYPES", "FOREIGN_DEVICE", "GRID", "HOST", "KERNEL_NOT_FOUND", "MISSING", "NO_GPU", "PDL", "READ_ONLY",
     "SHARED_MEMORY", "STREAM", "TENSOR_MAP", "UNKNOWN_DEVICE", "ArgumentBinder", "ArrayInfo", "ArrayParam",
-    "ConstexprParam", "DTypeInfo", "DerivedParam", "ParamBuffer", "ParamSpec", "PointerParam", "ScalarParam",
+    "ConstexprParam", "DTypeInfo", "DerivedParam", "HostEntry", "ParamBuffer", "ParamSpec", "PointerParam",
+    "ScalarParam",
     "SlotLayout", "array_dtype_matches", "check_array_argument", "check_cluster", "check_divisible",
     "check_grid_fits_cluster", "check_pdl", "check_shared_memory", "constexpr_equal", "derived_value",
     "describe_array", "describe_value", "dlpack",
     "dtype_from_numpy", "dtype_from_torch", "dtype_info", "encode_scalar", "host_view", "is_c_contiguous",
     "is_derived", "is_empty_grid", "is_jax_type", "is_torch_type", "layout_slots", "normalize_block", "normalize_grid",
-    "numpy_dtype", "read_only_error", "register_array_type", "scalar_writer", "shared_host_copy", "stream_handle",
+    "numpy_dtype", "plan_host_groups", "read_only_error", "register_array_type", "scalar_writer", "stream_handle",
     "torch_device_pointer",
 ]

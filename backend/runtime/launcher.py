@@ -71,7 +71,17 @@ from .params import (
     layout_slots,
 )
 from .scalars import describe_value, encode_scalar, scalar_writer
-from .staging import Call, check_host_array, finish_host_copies, is_unstaged, stage_host_array, staged_info
+from .staging import (
+    Call,
+    PlanNeeded,
+    StagingPlan,
+    check_host_array,
+    finish_host_copies,
+    is_unstaged,
+    stage_host_array,
+    staged_info,
+    staged_misaligned,
+)
 from .tensormap import (
     TENSOR_MAP_BYTES,
     TENSOR_MAP_CACHE_SIZE,
@@ -304,6 +314,8 @@ class Launcher:
                 check_array_argument(name, dtype, info, device=ordinal, allow_host=self.allow_host_copies,
                                      writes=writes, aligned16=aligned16, contiguous=p.contiguous)
                 ptr = self._device_pointer(name, info, writes, call)
+                if ptr & alignment_mask and call.hosts is None and info.device == HOST:
+                    raise staged_misaligned(name, info.ptr, ptr)
                 pack(view, offset, ptr)
                 if ptr != info.ptr:  # staged host array: derived parameters describe the device copy
                     info = staged_info(info, ptr, ordinal)
@@ -431,8 +443,7 @@ class Launcher:
             empty = not (dims[0] and dims[1] and dims[2])
             if empty:  # host arrays checked as for a launch that runs, not staged (staging.check_host_array)
                 call.hosts = []
-            for convert, value in zip(self._converters, values):
-                convert(value, call)
+            self._convert(values, call)
             for write in self._derived:
                 write(call)
             if empty:  # every argument checked, nothing to run (CUDA refuses a 0 grid dimension)
@@ -455,10 +466,28 @@ class Launcher:
                 if call.staged:
                     finish_host_copies(call, launched)
             finally:
-                call.staged = call.waits = call.keep = call.hosts = None
+                call.staged = call.waits = call.keep = call.hosts = call.plan = None
                 self._release()
                 if restore is not None:  # (another GPU's launch: the thread's own context again, as torch's guard)
                     devices.leave(restore)
+
+    def _convert(self, values: Sequence[Any], call: Call) -> None:
+        """Convert every argument into the parameter buffer. Host arrays are staged by a plan made
+        over all of them (staging.py): at the first one (:class:`~.staging.PlanNeeded`, nothing
+        staged yet), the arguments are gone over once checking them and collecting the host arrays,
+        the plan is made, and they are converted again."""
+        try:
+            for convert, value in zip(self._converters, values):
+                convert(value, call)
+        except PlanNeeded:
+            call.waits = call.keep = None
+            call.hosts = []
+            for convert, value in zip(self._converters, values):
+                convert(value, call)
+            call.plan = StagingPlan(call.hosts)
+            call.hosts = call.waits = call.keep = None
+            for convert, value in zip(self._converters, values):
+                convert(value, call)
 
     def launch(self, grid: Any, *args: Any, stream: Any = None, **kwargs: Any) -> None:
         """``launcher.launch(grid, x, y, n=...)``: the same as ``launcher(grid, args, kwargs)``."""
@@ -500,8 +529,11 @@ class Launcher:
         call = Call(0, self._n_infos)
         self._acquire()
         try:
-            for convert, value in zip(self._converters, args):
-                convert(value, call)
+            try:
+                for convert, value in zip(self._converters, args):
+                    convert(value, call)
+            except PlanNeeded:  # (a host array: it would need host copies)
+                return None
             for write in self._derived:
                 write(call)
             if call.staged:

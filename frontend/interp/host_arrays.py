@@ -142,7 +142,7 @@ def torch_special_view(t: Any) -> np.ndarray:
     """A numpy view (ml_dtypes) of a CPU torch bfloat16 or float8 tensor's memory, in its own shape
     and strides: used in place, as any CPU tensor is, so that it and a numpy view of the same memory
     are one view to the interpreter as to the GPU path (backend/runtime/arrays.py views its memory and
-    staging.shared_host_copy gives both one device copy); a copy made them two, SP0750 with a write."""
+    host_groups.plan_host_groups gives both one device copy); a copy made them two, SP0750 with a write."""
     import ml_dtypes
     import torch
 
@@ -156,7 +156,7 @@ def _special_torch_view(value: Any) -> bool:
     """Whether ``value`` is a CPU torch bfloat16 or float8 tensor (:func:`torch_special_view`). It is
     used in place, and shares its view with a numpy view of the same memory, but it overlaps other
     views as the copy it was read through before: memory shared in part with a write stays SP0750, as
-    the GPU path refuses it (staging.shared_host_copy)."""
+    the GPU path refuses it (backend/runtime/host_groups.py)."""
     value = getattr(value, "sparsile_array", lambda: value)()
     if type(value).__module__.split(".")[0] != "torch":
         return False

@@ -58,7 +58,7 @@ def data_pointer(obj: Any) -> int | None:
     return None
 
 
-def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = True) -> ArgSpec:
+def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = False) -> ArgSpec:
     """The ArgSpec of a run-time argument, checked against the parameter's annotation."""
     unwrap = getattr(value, "sparsile_array", None)
     if unwrap is not None:
@@ -155,6 +155,11 @@ def _numpy_scalar_spec(p: ParamInfo, value: np.generic) -> ArgSpec:
 
 
 def _aligned(value: Any, host_copies_aligned: bool) -> bool:
+    """Whether an array argument's data starts on a 16-byte boundary on the device. A numpy array
+    is judged by its own address, as a CPU torch tensor is (``host_copies_aligned=False``): host
+    arrays that overlap share one device copy that keeps each one's host alignment
+    (backend/runtime/host_groups.py); ``host_copies_aligned=True`` takes every numpy array as
+    aligned (each staged into a fresh allocation)."""
     if isinstance(value, np.ndarray):
         return True if host_copies_aligned else data_pointer(value) % 16 == 0  # type: ignore[operator]
     ptr = data_pointer(value)
@@ -311,7 +316,7 @@ def specialize_memo(kernel_name: str, params: list[ParamInfo], bound: dict[str, 
 
 
 def specialize(kernel_name: str, params: list[ParamInfo], bound: dict[str, Any], *,
-               host_copies_aligned: bool = True) -> tuple[dict[str, Any], tuple[Any, ...]]:
+               host_copies_aligned: bool = False) -> tuple[dict[str, Any], tuple[Any, ...]]:
     """Bindings for sema (Const / ArgSpec per parameter) and the hashable specialization key."""
     bindings: dict[str, Any] = {}
     key: list[Any] = []

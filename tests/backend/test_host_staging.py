@@ -14,34 +14,50 @@ import pytest
 
 import sparsile as sp
 from sparsile.backend import runtime as R
-from sparsile.backend.runtime.arguments import shared_host_copy
+from sparsile.backend.runtime.host_groups import HostEntry, aliasable, plan_host_groups
 from sparsile.driver import launch
 from sparsile.frontend.diagnostics import LaunchError
 
 
+def _groups(*arrays: tuple[str, np.ndarray, bool]) -> list[list[str]]:
+    """The names in each planned device copy (aliasable as the launcher judges a numpy array)."""
+    entries = [HostEntry(n, a, w, aliasable(a)) for n, a, w in arrays]
+    return [[entries[i].name for i in g.members] for g in plan_host_groups(entries)]
+
+
 def test_identical_host_arrays_share_a_copy_and_disjoint_ones_do_not() -> None:
     base = np.zeros(64, np.float32)
-    staged = [("x", base[:32], False), ("y", base[32:], True)]
-    assert shared_host_copy(staged, "out", base[:32], True) == 0
-    assert shared_host_copy(staged, "out", base.reshape(2, 32)[1], False) == 1
-    assert shared_host_copy(staged, "out", np.zeros(32, np.float32), True) is None
+    assert _groups(("x", base[:32], False), ("y", base[32:], True), ("out", base[:32], True)) == [["x", "out"], ["y"]]
+    assert _groups(("x", base[:32], False), ("y", base[32:], True), ("out", base.reshape(2, 32)[1], False)) == [
+        ["x"], ["y", "out"]]
+    assert _groups(("x", base[:32], True), ("out", np.zeros(32, np.float32), True)) == [["x"], ["out"]]
     # interleaved strided views share no element (their byte ranges overlap): a copy each, as the
     # interpreter's np.shares_memory test decides (tests/backend/test_launch_strided_host.py)
-    assert shared_host_copy([("x", base[::2], True)], "y", base[1::2], False) is None
+    assert _groups(("x", base[::2], True), ("y", base[1::2], False)) == [["x"], ["y"]]
     with pytest.raises(LaunchError):  # views sharing every other element
-        shared_host_copy([("x", base[::2], True)], "y", base[::4], False)
+        _groups(("x", base[::2], True), ("y", base[::4], False))
 
 
-def test_partial_overlap_with_a_write_is_sp0750() -> None:
+def test_partial_overlap_of_contiguous_host_arrays_is_one_copy_of_their_union() -> None:
+    """Was SP0750 ("each host array is copied to the device on its own"): C-contiguous arrays of the
+    machine's byte order that overlap in part now share one copy of the union of their bytes, each at
+    its own offset, as the interpreter uses them in place (host_groups.py); with a strided one, a
+    write is still SP0750, naming the array copied by its values."""
     base = np.zeros(64, np.float32)
+    entries = [HostEntry("x", base[:32], False, True), HostEntry("out", base[16:48], True, True)]
+    (group,) = plan_host_groups(entries)
+    assert (group.members, group.offsets, group.hi - group.lo, group.written) == ((0, 1), (0, 64), 192, (1,))
+    assert group.lead == base.ctypes.data % 256 and group.raw
     with pytest.raises(LaunchError) as info:
-        shared_host_copy([("x", base[:32], False)], "out", base[16:48], True)
+        _groups(("x", base[:48:2], False), ("out", base[16:48], True))
     assert info.value.code == "SP0750"
     assert str(info.value).splitlines() == [
         "error[SP0750]: host arrays `x` and `out` overlap in memory but are not the same array, and the "
-        "kernel writes `out`; each host array is copied to the device on its own, so the writes would be lost",
-        " = help: pass the same array for both, or separate arrays (e.g. `y.copy()`)"]
-    assert shared_host_copy([("x", base[:32], False)], "y", base[16:48], False) is None  # both only read
+        "kernel writes `out`; `x` (not C-contiguous) is copied to the device by its values, on its own, so the "
+        "writes would be lost",
+        " = help: pass the same array for both, or separate arrays (e.g. `y.copy()`); C-contiguous arrays of the "
+        "machine's byte order share one device copy however they overlap"]
+    assert _groups(("x", base[:48:2], False), ("y", base[16:48], False)) == [["x"], ["y"]]  # both only read
 
 
 class _FakeDevice:
@@ -81,12 +97,71 @@ def test_tma_staging_shares_the_copy_with_a_pointer_argument(monkeypatch: pytest
     np.testing.assert_array_equal(x, np.full(16, -1, np.float32))
 
 
-def test_tma_staging_refuses_a_partial_overlap_with_a_write(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tma_staging_refuses_a_partial_overlap_with_a_strided_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """(Was: contiguous x[:16] and x[8:24]; those now share one copy of their union:
+    test_tma_staging_stages_partly_overlapping_arrays_as_one_copy.)"""
     monkeypatch.setattr(R, "DeviceBuffer", _FakeDevice)
     x = np.arange(32, dtype=np.float32)
     with pytest.raises(LaunchError) as info:
-        launch._stage_tma_host_arrays(_launcher(["a"], {"out"}), {"a": x[:16], "out": x[8:24]})
+        launch._stage_tma_host_arrays(_launcher(["a"], {"out"}), {"a": x[:16], "out": x[8:24:2]})
     assert info.value.code == "SP0750"
+
+
+class _RawMemory:
+    """Stands in for runtime.DeviceBuffer and the raw copies of runtime.memory: device memory as
+    a host bytearray per buffer, at a 256-aligned fake address."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch):
+        self.mem: dict[int, bytearray] = {}
+        fake = self
+
+        class Buffer:
+            def __init__(self, nbytes: int, device: int | None = None):
+                self.ptr, self.device = 0x7F00_0000_0000 + 0x100000 * len(fake.mem), 0
+                fake.mem[self.ptr] = bytearray(max(nbytes, 1))
+
+        monkeypatch.setattr(R, "DeviceBuffer", Buffer)
+        monkeypatch.setattr(R.memory, "copy_host_to_device", self.htod)
+        monkeypatch.setattr(R.memory, "copy_device_to_host", self.dtoh)
+
+    def find(self, ptr: int) -> tuple[bytearray, int]:
+        for base, data in self.mem.items():
+            if base <= ptr < base + len(data):
+                return data, ptr - base
+        raise AssertionError(f"no device memory at {ptr:#x}")
+
+    def htod(self, ptr: int, array: np.ndarray, stream: Any = None, device: int | None = None) -> None:
+        data, at = self.find(ptr)
+        data[at:at + array.nbytes] = array.tobytes()
+
+    def dtoh(self, ptr: int, out: np.ndarray, stream: Any = None, device: int | None = None) -> None:
+        data, at = self.find(ptr)
+        out[...] = np.frombuffer(bytes(data[at:at + out.nbytes]), out.dtype).reshape(out.shape)
+
+
+def test_tma_staging_stages_partly_overlapping_arrays_as_one_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Was SP0750: a host array read through TMA and another overlapping it in part, one written.
+    Both C-contiguous of the machine's byte order, they are now one device copy of the union of
+    their bytes, each argument at its host offset (its alignment mod 256 kept), and the written
+    one's bytes (only) come back."""
+    memory = _RawMemory(monkeypatch)
+    raw = np.random.default_rng(4).standard_normal(40).astype(np.float32)
+    x = raw[3:35]  # (an address 12 bytes past the allocation's)
+    bound: dict[str, Any] = {"a": x[:16], "out": x[8:24].view(np.uint32), "n": 16}
+    back = launch._stage_tma_host_arrays(_launcher(["a"], {"out"}), bound)
+    a, out = bound["a"], bound["out"]
+    assert isinstance(a, R.staging.StagedView) and a.buffer is out.buffer
+    assert out.ptr - a.ptr == 32 and a.ptr % 256 == x.ctypes.data % 256
+    assert R.arguments.describe_array(out).dtype == "u32" and R.arguments.describe_array(a).shape == (16,)
+    data, at = memory.find(a.ptr)
+    assert bytes(data[at:at + 96]) == x[:24].tobytes()
+    data[at + 32:at + 96] = np.full(16, 7, np.uint32).tobytes()  # the kernel writes `out`
+    data[at:at + 4] = b"\xff" * 4  # (bytes only `a` covers: never copied back)
+    before = x.copy()
+    for host, dev in back:
+        launch._copy_back(host, dev)
+    np.testing.assert_array_equal(x[8:24].view(np.uint32), np.full(16, 7, np.uint32))
+    np.testing.assert_array_equal(x[:8], before[:8])
 
 
 def test_tma_staging_copies_a_strided_array_back(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -112,8 +187,8 @@ def test_tma_staging_shares_the_copy_with_a_torch_cpu_tensor_of_the_same_memory(
     back = launch._stage_tma_host_arrays(_launcher(["a"], {"a", "out"}), bound)
     assert bound["out"] is bound["a"] and isinstance(bound["a"], _FakeDevice)
     assert len(back) == 1 and back[0][0] is x
-    with pytest.raises(LaunchError) as info:
-        launch._stage_tma_host_arrays(_launcher(["a"], {"out"}), {"a": x[:8], "out": torch.from_numpy(x)[4:12]})
+    with pytest.raises(LaunchError) as info:  # (a strided tensor: contiguous ones would share a copy)
+        launch._stage_tma_host_arrays(_launcher(["a"], {"out"}), {"a": x[:8], "out": torch.from_numpy(x)[4:12:2]})
     assert info.value.code == "SP0750"
 
 
@@ -217,8 +292,9 @@ def test_a_jax_cpu_array_the_kernel_writes_is_refused_before_it_is_copied(monkey
         launcher(1, (x, out, 100))
     _assert_jax_written(info.value, "out")
     copies = [(n, args) for n, args in fake.calls[before:] if n.startswith("cuMem")]
-    assert [n for n, _ in copies] == ["cuMemAlloc", "cuMemcpyHtoDAsync", "cuMemFree"]  # `x` only, freed
-    assert int(copies[1][1][1]) == x.unsafe_buffer_pointer() and fake.launches == []
+    # (the arguments are checked before any host array is staged: staging.PlanNeeded; `x` was
+    # allocated, copied and freed before)
+    assert copies == [] and fake.launches == []
     np.testing.assert_array_equal(np.asarray(out), values[::-1])
     before = len(fake.calls)
     launcher(1, (x, np.zeros(100, np.float32), 100))  # a JAX array the kernel only reads: staged as before

@@ -94,8 +94,9 @@ def test_the_gpu_path_names_the_byte_orders_in_its_refusal(device: FakeDevice) -
         vadd()[GRID](memory.view(">f4"), _both_ways_finite(5, N), memory, N, BLOCK=BLOCK)
     assert (info.value.code, info.value.message, info.value.help) == (
         "SP0750", "host arrays `x` and `out` overlap in memory but are not the same array, and the kernel writes "
-        "`out`; each host array is copied to the device on its own, so the writes would be lost",
-        "pass the same array for both, or separate arrays (e.g. `y.copy()`)")
+        "`out`; `x` (byte-swapped) is copied to the device by its values, on its own, so the writes would be lost",
+        "pass the same array for both, or separate arrays (e.g. `y.copy()`); C-contiguous arrays of the machine's "
+        "byte order share one device copy however they overlap")
 
 
 def test_two_byte_swapped_views_of_the_same_bytes_still_share_one_copy(device: FakeDevice) -> None:
