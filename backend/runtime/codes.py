@@ -29,8 +29,9 @@ SP0722  parameter annotation the launcher cannot pass (``frontend/sema/specializ
 SP0723  constexpr argument of a kind that cannot be a compile-time constant
 SP0724  malformed ahead-of-time signature (``name=type`` / ``name=value`` items)
 SP0726  ``pdl=True`` (programmatic dependent launch) on a device below compute capability 9.0
-SP0750  host arrays that overlap without being the same memory, one of them written (copies would
-        hide the writes from each other)
+SP0750  host arrays that overlap without being the same view, one of them written, where one is
+        copied by its values (strided, byte-swapped, converted: copies would hide the writes from
+        each other); C-contiguous native-order ones share one copy (host_groups.py)
 SP0751  a torch tensor with its negative (or conjugate) bit set, read by pointer
 SP0752  ``synchronize()`` while a CUDA graph is captured on the device (it would invalidate the capture)
 ======  ===================================================================

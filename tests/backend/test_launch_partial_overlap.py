@@ -65,7 +65,7 @@ def test_the_plan_keeps_each_arrays_offsets_and_alignment_and_covers_each_byte_o
         assert covered.all() or g.hi == g.lo, "the union has a hole"
         assert g.nbytes == g.lead + g.hi - g.lo
         back = written_spans(g, entries)
-        for lo, hi in back:
+        for lo, _ in back:
             assert any(entries[i].span[0] <= lo < entries[i].span[1] for i in g.written)
         assert sum(hi - lo for lo, hi in back) == len({b for i in g.written
                                                        for b in range(*entries[i].span)})
