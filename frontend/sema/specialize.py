@@ -58,7 +58,7 @@ def data_pointer(obj: Any) -> int | None:
     return None
 
 
-def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = False) -> ArgSpec:
+def arg_spec(p: ParamInfo, value: Any) -> ArgSpec:
     """The ArgSpec of a run-time argument, checked against the parameter's annotation."""
     unwrap = getattr(value, "sparsile_array", None)
     if unwrap is not None:
@@ -84,7 +84,7 @@ def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = False) -> 
         if elem != ann.elem and not (ann.elem == T.tf32 and elem == T.f32):
             raise LaunchError("SP0703", f"argument `{p.name}` expects a {ann} tensor, found {elem} elements",
                               help=f"convert the array to {ann.elem} before the call")
-        return ArgSpec.of(ann, _aligned(value, host_copies_aligned))
+        return ArgSpec.of(ann, _aligned(value))
     if isinstance(ann, T.PointerType) or (ann is None and is_array_like(value)):
         elem = dtype_of(value)
         if not is_array_like(value) or elem is None:
@@ -96,7 +96,7 @@ def arg_spec(p: ParamInfo, value: Any, *, host_copies_aligned: bool = False) -> 
             raise LaunchError("SP0703", f"argument `{p.name}` expects a pointer to {ann.elem}, found an array of "
                               f"{elem}", help=f"convert the array to {ann.elem} before the call")
         t = ann if isinstance(ann, T.PointerType) else T.PointerType(elem)
-        return ArgSpec.of(t, _aligned(value, host_copies_aligned))
+        return ArgSpec.of(t, _aligned(value))
     if isinstance(ann, T.ScalarType) or ann is None:
         if ann is None and isinstance(value, np.generic) and not isinstance(value, np.bool_):
             return _numpy_scalar_spec(p, value)
@@ -154,14 +154,11 @@ def _numpy_scalar_spec(p: ParamInfo, value: np.generic) -> ArgSpec:
     return ArgSpec.of(t, t.is_int and int(value) % 16 == 0)
 
 
-def _aligned(value: Any, host_copies_aligned: bool) -> bool:
-    """Whether an array argument's data starts on a 16-byte boundary on the device. A numpy array
-    is judged by its own address, as a CPU torch tensor is (``host_copies_aligned=False``): host
-    arrays that overlap share one device copy that keeps each one's host alignment
-    (backend/runtime/host_groups.py); ``host_copies_aligned=True`` takes every numpy array as
-    aligned (each staged into a fresh allocation)."""
-    if isinstance(value, np.ndarray):
-        return True if host_copies_aligned else data_pointer(value) % 16 == 0  # type: ignore[operator]
+def _aligned(value: Any) -> bool:
+    """Whether an array argument's data starts on a 16-byte boundary on the device, judged by its own
+    address for every kind (a numpy array and a CPU torch tensor too): host arrays that overlap share
+    one device copy that keeps each one's host alignment (backend/runtime/host_groups.py), so a host
+    address's alignment is the device address's."""
     ptr = data_pointer(value)
     return ptr is not None and ptr % 16 == 0
 
@@ -315,8 +312,8 @@ def specialize_memo(kernel_name: str, params: list[ParamInfo], bound: dict[str, 
     return found
 
 
-def specialize(kernel_name: str, params: list[ParamInfo], bound: dict[str, Any], *,
-               host_copies_aligned: bool = False) -> tuple[dict[str, Any], tuple[Any, ...]]:
+def specialize(kernel_name: str, params: list[ParamInfo],
+               bound: dict[str, Any]) -> tuple[dict[str, Any], tuple[Any, ...]]:
     """Bindings for sema (Const / ArgSpec per parameter) and the hashable specialization key."""
     bindings: dict[str, Any] = {}
     key: list[Any] = []
@@ -327,7 +324,7 @@ def specialize(kernel_name: str, params: list[ParamInfo], bound: dict[str, Any],
             bindings[p.name] = constexpr_binding(c)
             key.append((p.name, "c", constexpr_key(c)))
         else:
-            s = arg_spec(p, v, host_copies_aligned=host_copies_aligned)
+            s = arg_spec(p, v)
             bindings[p.name] = s
             key.append((p.name, "v", s.key()))
     return bindings, tuple(key)
