@@ -491,6 +491,18 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
     ;;
+a68)  # after the fifty-ninth session's staging rework (host arrays overlapping in part share one device copy of
+     # their union; numpy arrays specialized by address): the GPU files that pass host arrays, the new
+     # partial-overlap file, and the fused-graph test fixed after a67 (about 250 s)
+    run 240 python -m pytest -q -m gpu -n 8 --timeout 120 -rfEs --dist worksteal --junitxml="$out/junit-a68.xml" \
+        tests/gpu/test_partial_overlap_gpu.py tests/gpu/test_torch_fuse_graph_gpu.py tests/gpu/test_host_view_aliasing_gpu.py \
+        tests/gpu/test_strided_host_gpu.py tests/gpu/test_byte_order_gpu.py tests/gpu/test_array_protocols_gpu.py \
+        tests/gpu/test_empty_grid_gpu.py tests/gpu/test_core_gpu.py tests/gpu/test_numpy_scalar_args_gpu.py \
+        tests/gpu/test_interpreter_hw_agreement_gpu.py tests/gpu/test_fuzz_fixes_gpu.py tests/gpu/test_torch_bf16_view_gpu.py \
+        tests/gpu/test_torch_neg_views_gpu.py tests/gpu/test_sparse_gemm_sm90.py tests/gpu/test_sparse_gemm_tile.py \
+        tests/gpu/test_mma_sp_gpu.py tests/backend/test_host_staging.py tests/stdlib/test_dense_operand_types.py \
+        tests/gpu/test_jax_arrays_kernel_grid_gpu.py
+    ;;
 a67r)  # issue 12's acceptance rows on an H200 (three passes; about 300 s): a call of its own before a67
     run 300 python benchmarks/bench_linear.py --dtypes bf16 e4m3 --tokens 1 4 16 --variants graph --host-diag \
         --passes 3 --json "$out/linear-passes-67.json"
