@@ -17,6 +17,7 @@ import pytest
 import sparsile as sp
 from sparsile.tests.backend.test_prepared import arrays, vadd
 from sparsile.tests.backend.test_prepared import gpu as gpu  # (the fake device, a fixture)
+from sparsile.tests.support.frozen_heap import frozen_heap as frozen_heap  # (a fixture: autouse)
 
 
 def grid(meta: dict[str, Any]) -> tuple[int]:

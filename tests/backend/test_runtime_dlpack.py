@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from sparsile.backend.runtime import dlpack
+from sparsile.tests.support.frozen_heap import frozen_heap as frozen_heap  # (a fixture: autouse)
 
 
 def _numpy_makes_versioned_capsules() -> bool:

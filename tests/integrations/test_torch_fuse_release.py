@@ -19,6 +19,7 @@ spt = pytest.importorskip("sparsile.torch")
 
 from sparsile.integrations.torch.projection_group import PARTIAL_RUNS_LIMIT, fused_group_of  # noqa: E402
 from sparsile.integrations.torch.weight import storage_key, tracked_tensors, weight_versions  # noqa: E402
+from sparsile.tests.support.frozen_heap import frozen_heap as frozen_heap  # noqa: E402 (a fixture: autouse)
 
 NAMES = ("q_proj", "k_proj", "v_proj")
 

@@ -18,6 +18,7 @@ from sparsile.integrations.torch.record_cache import RecordCache  # noqa: E402
 from sparsile.tests.integrations.record_fakes import _weight  # noqa: E402
 from sparsile.tests.integrations.record_fakes import fake as fake  # noqa: E402 (a fixture)
 from sparsile.tests.integrations.test_torch_native import q  # noqa: E402
+from sparsile.tests.support.frozen_heap import frozen_heap as frozen_heap  # noqa: E402 (a fixture: autouse)
 
 
 def _last(stream: list[int], x: torch.Tensor, w) -> tuple[RecordCache, LastCall]:

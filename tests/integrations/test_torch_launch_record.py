@@ -14,6 +14,8 @@ kernels = pytest.importorskip("sparsile.integrations.torch._kernels")
 RecordCache = pytest.importorskip("sparsile.integrations.torch.record_cache").RecordCache
 graph_pools = pytest.importorskip("sparsile.integrations.torch.graph_pools")
 
+from sparsile.tests.support.frozen_heap import frozen_heap as frozen_heap  # noqa: E402 (a fixture: autouse)
+
 
 class _Kernel:
     def __init__(self, log: list, name: str, can_prepare: bool, params: tuple[str, ...]):

@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 from sparsile.integrations.torch import _kernels as kernels  # noqa: E402
 from sparsile.integrations.torch import quantize  # noqa: E402
+from sparsile.tests.support.frozen_heap import frozen_heap as frozen_heap  # noqa: E402 (a fixture: autouse)
 
 
 def test_the_quantizer_reads_a_neg_view_with_its_negation(monkeypatch):

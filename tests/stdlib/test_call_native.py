@@ -20,6 +20,7 @@ from sparsile.stdlib.kernels import call_cache, call_native  # noqa: E402
 from sparsile.tests.backend.test_prepared import FakeCudaTensor, q  # noqa: E402
 from sparsile.tests.backend.test_prepared import gpu as gpu  # noqa: E402 (the fake device, a fixture)
 from sparsile.tests.integrations.record_fakes import FakeDriver  # noqa: E402
+from sparsile.tests.support.frozen_heap import frozen_heap as frozen_heap  # noqa: E402 (a fixture: autouse)
 
 
 @sp.jit
