@@ -21,7 +21,8 @@ hide the writes from each other), as is a written array whose own elements share
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -39,12 +40,16 @@ returns at least 256-byte aligned memory): more than any the launcher or a tenso
 @dataclass(frozen=True)
 class HostEntry:
     """One host array argument of a launch: its name, the numpy view of its memory, whether the
-    kernel writes it, and whether it is aliasable (its device copy holds its own raw bytes)."""
+    kernel writes it, and whether it is aliasable (its device copy holds its own raw bytes);
+    ``keep``: what keeps that memory alive until the launch has staged it (a DLPack export's capsule:
+    the launcher stages from the arrays it planned with, seen in an earlier pass over the arguments,
+    staging.py)."""
 
     name: str
     array: np.ndarray
     writes: bool
     aliasable: bool
+    keep: Any = field(default=None, compare=False, repr=False)
 
     @property
     def span(self) -> tuple[int, int]:

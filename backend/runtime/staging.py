@@ -90,11 +90,12 @@ class Call:
 def host_entry(name: str, info: ArrayInfo, writes: bool) -> HostEntry:
     """The plan's entry of a host array argument (``info.host``): aliasable unless strided,
     byte-swapped, or a CPU bfloat16 / float8 torch tensor (the interpreter reads those through a
-    copy: frontend/interp/host_arrays.py ``_special_torch_view``)."""
+    copy: frontend/interp/host_arrays.py ``_special_torch_view``). It keeps ``info.keepalive`` (a
+    DLPack export's capsule, whose memory the plan's copies read after this pass has let it go)."""
     host = info.host
     assert host is not None
     converted = info.source == "CPU torch tensor" and host.dtype.kind == "V"
-    return HostEntry(name, host, writes, aliasable(host, converted))
+    return HostEntry(name, host, writes, aliasable(host, converted), info.keepalive)
 
 
 def stage_host_array(name: str, info: ArrayInfo, writes: bool, call: Call, device: int) -> int:
