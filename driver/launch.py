@@ -330,7 +330,9 @@ def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any], empty: bool = F
     argument of the same host memory (a numpy array, a CPU torch tensor) gets the same copy, one
     that overlaps it in part gets its place in one copy of their union where both are C-contiguous
     and of the machine's byte order (a :class:`~sparsile.backend.runtime.staging.StagedView` at its
-    offset), else, with a write, is LaunchError SP0750; one the kernel writes that is read-only is
+    offset), else, with a write, is LaunchError SP0750 (members copied by their values, strided or
+    byte-swapped views of one memory, share one copy of those values, each described as itself; a
+    CPU tensor read through TMA is planned with the rest); one the kernel writes that is read-only is
     SP0719 (its copy would be writable). Returns (host, device copy) to copy back, in that order.
     ``empty``: the grid has a 0 dimension, nothing runs: the same checks, but each copy is an
     :class:`~sparsile.backend.runtime.staging.Unstaged` stand-in (nothing allocated or copied, and
@@ -346,7 +348,7 @@ def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any], empty: bool = F
     hosts = [n for n in names if isinstance(bound[n], np.ndarray)]
     if not hosts:
         return []
-    others = [(n, _host_memory(v)) for n, v in bound.items() if n not in names]
+    others = [(n, _host_memory(v)) for n, v in bound.items() if n not in hosts]  # (a CPU tensor read by TMA too)
     arrays = [(n, bound[n], False) for n in hosts] + [(n, info.host, info.source == "CPU torch tensor" and
                                                        info.host.dtype.kind == "V") for n, info in others if info]
     for name, v, _ in arrays:  # (the launcher sees the copy, which is writable: SP0719 here, before any copy)
@@ -364,13 +366,14 @@ def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any], empty: bool = F
             for e in members:
                 bound[e.name] = stand_in if one_view else Unstaged(e.array)
             continue
-        if one_view:
-            first = members[0].array  # one view: one copy, as the array it is
+        if one_view or not group.raw:  # one view (its members' copies by value hold the same bytes): one copy,
+            first = members[0].array  # as the array it is, each member described as itself
             dev = runtime.DeviceBuffer.from_numpy(np.ascontiguousarray(first), device=launcher.device.ordinal)
             for e in members:
-                bound[e.name] = dev
+                bound[e.name] = dev if one_view else StagedView(dev, dev.ptr, e.array)
             if group.written:
-                back.append((entries[group.written[0]].array, dev))
+                host = entries[group.written[0]].array
+                back.append((host, dev if one_view else StagedView(dev, dev.ptr, host)))
             continue
         buf = runtime.DeviceBuffer(group.nbytes, device=launcher.device.ordinal)  # the union of partial overlaps
         data = buf.ptr + group.lead
@@ -397,10 +400,13 @@ def _read_only(name: str, value: Any) -> LaunchError:
 
 
 def _copy_back(host: Any, dev: Any, stream: Any = None) -> None:
-    """Copy a staged device buffer back into its host array (a strided one through a dense copy) on
+    """Copy a staged device buffer back into its host array (a strided or byte-swapped one through a
+    dense copy of its values, which the device holds in the machine's byte order) on
     ``stream``, the launch's (then synchronized): the legacy default stream would not wait for a
     kernel on a non-blocking stream."""
-    if host.flags.c_contiguous:
+    from ..backend.runtime.dtypes import byte_swapped
+
+    if host.flags.c_contiguous and not byte_swapped(host.dtype):
         dev.copy_to_host(host, stream=stream)
     else:
         host[...] = dev.copy_to_host(stream=stream).reshape(host.shape)

@@ -199,10 +199,14 @@ class StagedView:
     def __init__(self, buffer: DeviceBuffer, ptr: int, host: np.ndarray):
         self.buffer, self.ptr, self.host = buffer, ptr, host
 
-    def copy_to_host(self, out: np.ndarray, stream: Any = None) -> np.ndarray:
-        """Copy its bytes into the C-contiguous ``out`` (of its nbytes) on ``stream``, then wait for it."""
+    def copy_to_host(self, out: np.ndarray | None = None, stream: Any = None) -> np.ndarray:
+        """Copy its bytes into the C-contiguous ``out`` (of its nbytes; default: a new dense array of
+        the host array's shape and dtype in the machine's byte order, what the copy holds) on
+        ``stream``, then wait for it."""
         from .memory import copy_device_to_host
 
+        if out is None:
+            out = np.empty(self.host.shape, native_dtype(self.host.dtype))
         copy_device_to_host(self.ptr, out, stream, device=self.buffer.device)
         return out
 

@@ -10,10 +10,14 @@ the raw device memory of tests/backend/test_host_staging.py."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+import pytest
 
+from sparsile.backend import runtime as R
+from sparsile.driver import launch
 from sparsile.frontend import dlpack
 from sparsile.tests.backend.test_launch_byte_order import BLOCK, GRID, FakeDevice, N, device
 from sparsile.tests.backend.test_prepared import vadd
@@ -64,3 +68,114 @@ def test_a_host_export_is_staged_from_memory_still_alive(device: FakeDevice) -> 
     got = out.astype(np.float64)
     assert not np.isnan(got).any(), "the staged copy read released memory"
     np.testing.assert_allclose(got, x.astype(np.float64) + y.astype(np.float64), rtol=1e-6, atol=1e-5)
+
+
+class _RawMemory:
+    """Stands in for runtime.DeviceBuffer and the raw copies of runtime.memory (what
+    driver/launch.py stages host arrays read through TMA with): device memory as a bytearray per
+    buffer, at a 256-aligned fake address."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch):
+        self.mem: dict[int, bytearray] = {}
+        fake = self
+
+        class Buffer:
+            def __init__(self, nbytes: int, *, dtype: Any = None, shape: Any = None, device: Any = None):
+                self.ptr, self.device, self.nbytes = 0x7F00_0000_0000 + 0x100000 * len(fake.mem), 0, nbytes
+                self.dtype, self.shape = dtype, shape
+                fake.mem[self.ptr] = bytearray(max(nbytes, 1))
+
+        for name in ("__init__",):
+            monkeypatch.setattr(R.DeviceBuffer, name, Buffer.__init__)
+        monkeypatch.setattr(R.DeviceBuffer, "free", lambda self: None)
+        monkeypatch.setattr(R.memory, "copy_host_to_device", self.htod)
+        monkeypatch.setattr(R.memory, "copy_device_to_host", self.dtoh)
+
+    def find(self, ptr: int) -> tuple[bytearray, int]:
+        for base, data in self.mem.items():
+            if base <= ptr < base + len(data):
+                return data, ptr - base
+        raise AssertionError(f"no device memory at {ptr:#x}")
+
+    def htod(self, ptr: int, array: np.ndarray, stream: Any = None, device: int | None = None) -> None:
+        data, at = self.find(ptr)
+        data[at:at + array.nbytes] = array.tobytes()
+
+    def dtoh(self, ptr: int, out: np.ndarray, stream: Any = None, device: int | None = None) -> None:
+        data, at = self.find(ptr)
+        out[...] = np.frombuffer(bytes(data[at:at + out.nbytes]), out.dtype).reshape(out.shape)
+
+    def read(self, ptr: int, nbytes: int) -> bytes:
+        data, at = self.find(ptr)
+        return bytes(data[at:at + nbytes])
+
+    def write(self, ptr: int, values: bytes) -> None:
+        data, at = self.find(ptr)
+        data[at:at + len(values)] = values
+
+
+def _tma_launcher(tma: list[str], written: set[str]) -> Any:
+    params = [SimpleNamespace(name=f"{n}.tmap0", kind="tensormap") for n in tma]
+    return SimpleNamespace(spec=SimpleNamespace(params=params), written=written, device=SimpleNamespace(ordinal=0))
+
+
+def _device_address(value: Any) -> int:
+    return R.arguments.describe_array(value).ptr
+
+
+def test_tma_staging_copies_a_strided_group_by_its_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A strided host array read through TMA and the same view of its memory as u32, written: one copy
+    of their values (as the launcher stages them, staging.device_values). The TMA staging copied the
+    raw bytes of their span (the elements between theirs too) and described it as their dense
+    copy: the kernel read every other number of the wrong ones, and its writes came back over the
+    wrong elements."""
+    memory = _RawMemory(monkeypatch)
+    base = np.random.default_rng(6).uniform(-100, 100, 64).astype(np.float32)
+    before = base.copy()
+    bound: dict[str, Any] = {"a": base[::2], "b": base.view(np.uint32)[::2], "n": 32}
+    back = launch._stage_tma_host_arrays(_tma_launcher(["a"], {"b"}), bound)
+    a, b = _device_address(bound["a"]), _device_address(bound["b"])
+    assert a == b
+    assert memory.read(a, 128) == np.ascontiguousarray(before[::2]).tobytes()
+    written = np.random.default_rng(7).integers(0, 2**32, 32, dtype=np.uint32)
+    memory.write(b, written.tobytes())  # the kernel writes `b`
+    for host, dev in back:
+        launch._copy_back(host, dev)
+    np.testing.assert_array_equal(base.view(np.uint32)[::2], written)
+    np.testing.assert_array_equal(base[1::2], before[1::2])  # (between its elements: left alone)
+
+
+def test_tma_staging_copies_byte_swapped_views_of_two_shapes_by_their_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A byte-swapped array read through TMA as (4, 8) and passed again flat (32,), written: one copy
+    of their values in the machine's byte order. The TMA staging copied their raw (swapped) bytes,
+    so the kernel read other numbers, and copied the results back raw into the swapped memory."""
+    memory = _RawMemory(monkeypatch)
+    values = np.random.default_rng(8).uniform(-100, 100, 32).astype(np.float32)
+    be = values.astype(">f4")
+    bound: dict[str, Any] = {"a": be.reshape(4, 8), "out": be, "n": 32}
+    back = launch._stage_tma_host_arrays(_tma_launcher(["a"], {"out"}), bound)
+    a, out = _device_address(bound["a"]), _device_address(bound["out"])
+    assert a == out
+    assert memory.read(a, 128) == values.tobytes()
+    results = np.random.default_rng(9).uniform(-100, 100, 32).astype(np.float32)
+    memory.write(out, results.tobytes())  # the kernel writes `out`, in the machine's byte order
+    for host, dev in back:
+        launch._copy_back(host, dev)
+    assert be.dtype == np.dtype(">f4")
+    np.testing.assert_array_equal(be.astype(np.float32), results)
+
+
+def test_tma_staging_plans_a_cpu_torch_tensor_read_through_tma_with_the_numpy_ones(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two host arrays read through TMA, a numpy array and a CPU torch tensor overlapping it in part
+    (the kernel writes the tensor): only numpy arrays and the arguments not read through TMA were
+    planned, so the tensor was left to the launcher, which staged it in a copy of its own: the numpy
+    array's copy never saw its writes (the interpreter, using both in place, does), silently."""
+    torch = pytest.importorskip("torch")
+    memory = _RawMemory(monkeypatch)
+    x = np.random.default_rng(10).uniform(-100, 100, 32).astype(np.float32)
+    bound: dict[str, Any] = {"a": x[:16], "b": torch.from_numpy(x)[8:24], "n": 16}
+    launch._stage_tma_host_arrays(_tma_launcher(["a", "b"], {"b"}), bound)
+    assert isinstance(bound["b"], R.staging.StagedView), "the tensor was left to be staged on its own"
+    assert _device_address(bound["b"]) - _device_address(bound["a"]) == 32
+    assert memory.read(_device_address(bound["a"]), 96) == x[:24].tobytes()
