@@ -342,7 +342,7 @@ def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any], empty: bool = F
     from ..backend import runtime
     from ..backend.runtime.arrays import host_view
     from ..backend.runtime.host_groups import HostEntry, aliasable, plan_host_groups, written_spans
-    from ..backend.runtime.staging import StagedView, Unstaged
+    from ..backend.runtime.staging import StagedView, Unstaged, planned_address
 
     names = sorted({p.name.split(".tmap")[0] for p in launcher.spec.params if p.kind == "tensormap"})
     hosts = [n for n in names if isinstance(bound[n], np.ndarray)]
@@ -361,10 +361,10 @@ def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any], empty: bool = F
         if not any(e.name in hosts for e in members):
             continue  # (staged by the launcher)
         one_view = not any(group.offsets) and len({(e.array.dtype, e.array.shape) for e in members}) == 1
-        if empty:
-            stand_in = Unstaged(members[0].array)
-            for e in members:
-                bound[e.name] = stand_in if one_view else Unstaged(e.array)
+        if empty:  # (each at the address its copy would have, alignment for alignment)
+            stand_in = Unstaged(members[0].array, planned_address(group, 0))
+            for e, offset in zip(members, group.offsets, strict=True):
+                bound[e.name] = stand_in if one_view else Unstaged(e.array, planned_address(group, offset))
             continue
         if one_view or not group.raw:  # one view (its members' copies by value hold the same bytes): one copy,
             first = members[0].array  # as the array it is, each member described as itself

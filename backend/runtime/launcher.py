@@ -137,6 +137,21 @@ def _encoded(p: TensorMapParam, info: Any, ordinal: int, what: str) -> bytes:
     return make_tensor_map(spec, info.ptr, device=ordinal, validated=True).data
 
 
+def validated_only(call: Call, info: ArrayInfo) -> bool:
+    """Whether a tensor map of ``info`` is validated, not encoded: a launch of an empty grid's, over
+    a host array in the pass that checks them (host memory itself, or the ``Unstaged`` stand-in of
+    one read through TMA: staging.is_unstaged), or over any array in its pass at the planned
+    addresses (staging.StagingPlan.dry)."""
+    return (call.hosts is not None and is_unstaged(info)) or (call.plan is not None and call.plan.dry)
+
+
+def planned_address(info: ArrayInfo) -> int | None:
+    """The address a map validated only (:func:`validated_only`) is checked at: that of its copy,
+    alignment for alignment (a planned one, an ``Unstaged`` stand-in's), or none for host memory
+    before the plan."""
+    return None if info.device == HOST else info.ptr
+
+
 class _NoGrid:
     """The type of the cached grid before the first launch (no grid is ever of this type)."""
 
@@ -267,7 +282,7 @@ class Launcher:
 
     def _device_pointer(self, name: str, info: ArrayInfo, writes: bool, call: Call) -> int:
         if info.device == HOST:
-            if call.hosts is not None:  # an empty grid: checked, not staged
+            if call.hosts is not None:  # an empty grid's, or the pass that plans: checked, not staged
                 return check_host_array(name, info, writes, call)
             return stage_host_array(name, info, writes, call, self.device.ordinal)
         if info.stream is not None and not same_stream(info.stream, call.stream):
@@ -317,7 +332,8 @@ class Launcher:
                 if ptr & alignment_mask and call.hosts is None and info.device == HOST:
                     raise staged_misaligned(name, info.ptr, ptr)
                 pack(view, offset, ptr)
-                if ptr != info.ptr:  # staged host array: derived parameters describe the device copy
+                if info.device == HOST and call.hosts is None:  # staged host array (or planned, its `dry`):
+                    # derived parameters describe the device copy
                     info = staged_info(info, ptr, ordinal)
             if info_slot is not None:
                 call.infos[info_slot] = info
@@ -345,12 +361,12 @@ class Launcher:
             check_array_argument(p.name, p.dtype, info, device=ordinal, allow_host=self.allow_host_copies,
                                  writes=not p.readonly, contiguous=False)
             ptr = self._device_pointer(p.name, info, not p.readonly, call)
-            if ptr != info.ptr:  # (a staged host array's map describes its dense copy)
+            if info.device == HOST and call.hosts is None:  # (a staged host array's map describes its dense copy)
                 info = staged_info(info, ptr, ordinal)._replace(host=info.host)
             if info_slot is not None:
                 call.infos[info_slot] = info
-            if call.hosts is not None and is_unstaged(info):  # an empty grid's host array: as its copy's map
-                p.spec_for(info).validate(what=what)  # (would be: a fresh allocation is aligned for any map)
+            if validated_only(call, info):  # an empty grid's host array: as its copy's map
+                p.spec_for(info).validate(planned_address(info), what=what)
                 return
             key = (info.ptr, info.shape, info.strides, encodes)
             data = cache.get(key)
@@ -385,8 +401,8 @@ class Launcher:
 
         def write(call: Call) -> None:
             info = call.infos[info_slot]
-            if call.hosts is not None and is_unstaged(info):  # an empty grid's host array: as its copy's map
-                p.spec_for(info).validate(what=what)
+            if validated_only(call, info):  # an empty grid's host array: as its copy's map
+                p.spec_for(info).validate(planned_address(info), what=what)
                 return
             key = (info.ptr, info.shape, info.strides)
             data = cache.get(key)
@@ -441,9 +457,7 @@ class Launcher:
             else:
                 dims = self._grid(grid, values)
             empty = not (dims[0] and dims[1] and dims[2])
-            if empty:  # host arrays checked as for a launch that runs, not staged (staging.check_host_array)
-                call.hosts = []
-            self._convert(values, call)
+            self._convert(values, call, empty)  # (empty: host arrays checked as for a launch that runs, not staged)
             for write in self._derived:
                 write(call)
             if empty:  # every argument checked, nothing to run (CUDA refuses a 0 grid dimension)
@@ -471,23 +485,31 @@ class Launcher:
                 if restore is not None:  # (another GPU's launch: the thread's own context again, as torch's guard)
                     devices.leave(restore)
 
-    def _convert(self, values: Sequence[Any], call: Call) -> None:
+    def _convert(self, values: Sequence[Any], call: Call, empty: bool = False) -> None:
         """Convert every argument into the parameter buffer. Host arrays are staged by a plan made
         over all of them (staging.py): at the first one (:class:`~.staging.PlanNeeded`, nothing
         staged yet), the arguments are gone over once checking them and collecting the host arrays,
-        the plan is made, and they are converted again."""
-        try:
-            for convert, value in zip(self._converters, values):
-                convert(value, call)
-        except PlanNeeded:
-            call.waits = call.keep = None
-            call.hosts = []
-            for convert, value in zip(self._converters, values):
-                convert(value, call)
-            call.plan = StagingPlan(call.hosts)
-            call.hosts = call.waits = call.keep = None
-            for convert, value in zip(self._converters, values):
-                convert(value, call)
+        the plan is made, and they are converted again. ``empty``: a grid with a 0 dimension, whose
+        host arrays are checked, not staged (staging.check_host_array); where there are any, they are
+        converted again at the addresses a plan that allocates nothing gives them (its ``dry``), for
+        the alignment checks a launch that runs makes of them."""
+        if not empty:
+            try:
+                for convert, value in zip(self._converters, values):
+                    convert(value, call)
+                return
+            except PlanNeeded:
+                pass
+        call.waits = call.keep = None
+        call.hosts = []
+        for convert, value in zip(self._converters, values):
+            convert(value, call)
+        if empty and not call.hosts:
+            return
+        call.plan = StagingPlan(call.hosts, dry=empty)
+        call.hosts = call.waits = call.keep = None
+        for convert, value in zip(self._converters, values):
+            convert(value, call)
 
     def launch(self, grid: Any, *args: Any, stream: Any = None, **kwargs: Any) -> None:
         """``launcher.launch(grid, x, y, n=...)``: the same as ``launcher(grid, args, kwargs)``."""

@@ -17,7 +17,8 @@ arguments once checking them (:func:`check_host_array`, collecting the host arra
 converts them again, staging each host array at its planned place (:func:`stage_host_array`).
 
 A launch of an empty grid (a 0 dimension) runs nothing: its host arrays get every check of a staged
-one (:func:`check_host_array`: the same SP0750) but no buffer, copy or synchronize, and host
+one (:func:`check_host_array`: the same SP0750; a plan that allocates nothing, ``StagingPlan.dry``,
+for the alignment a member of a shared copy keeps) but no buffer, copy or synchronize, and host
 outputs are left as they were (docs/language.md, "Specialization and launching")."""
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .codes import ARG_ALIGNMENT
 from .devices import check
 from .dtypes import byte_swapped, dtype_from_numpy, native_dtype, native_order
 from .host_groups import (
+    ALIGNMENT,
     HostEntry,
     HostGroup,
     aliasable,
@@ -56,9 +58,13 @@ class StagingPlan:
     name: ``where[name]`` = (group index, byte offset into its data); ``buffers``: each group's
     buffer once its first member is staged."""
 
-    __slots__ = ("buffers", "entries", "groups", "where")
+    __slots__ = ("buffers", "dry", "entries", "groups", "where")
 
-    def __init__(self, entries: Sequence[HostEntry]):
+    def __init__(self, entries: Sequence[HostEntry], dry: bool = False):
+        self.dry = dry
+        """The plan of a launch of an empty grid: nothing is allocated or copied, each host array is
+        given the address its copy would have in a 256-aligned allocation next to its memory
+        (:func:`planned_address`), which the alignment checks of its pointer and tensor maps see."""
         self.entries = list(entries)
         self.groups = plan_host_groups(self.entries)
         self.where: dict[str, tuple[int, int]] = {}
@@ -108,6 +114,8 @@ def stage_host_array(name: str, info: ArrayInfo, writes: bool, call: Call, devic
         raise PlanNeeded
     g, offset = plan.where[name]
     group = plan.groups[g]
+    if plan.dry:
+        return planned_address(group, offset)
     buf = plan.buffers[g]
     if buf is None:
         buf = plan.buffers[g] = DeviceBuffer(group.nbytes, device=device)
@@ -126,6 +134,14 @@ def stage_host_array(name: str, info: ArrayInfo, writes: bool, call: Call, devic
                 source = values.ctypes.data
             check("cuMemcpyHtoDAsync", driver.cuMemcpyHtoDAsync(buf.ptr + group.lead, source, size, call.stream))
     return buf.ptr + group.lead + offset
+
+
+def planned_address(group: HostGroup, offset: int) -> int:
+    """Where a member (``offset`` into the group's data) of a copy that is not made (an empty grid's)
+    would be, alignment for alignment: in an allocation at ``group.lo`` rounded down to
+    :data:`~.host_groups.ALIGNMENT` (its host address, where the members' spans differ and the copy
+    keeps their alignment; else that aligned address)."""
+    return group.lo - group.lo % ALIGNMENT + group.lead + offset
 
 
 def staged_misaligned(name: str, host: int, ptr: int) -> LaunchError:
@@ -172,20 +188,22 @@ class Unstaged:
     """The device copy of a host array that a launch of an empty grid does not make: what
     ``kernel[grid](...)`` passes the launcher in place of a host array read through TMA, which it
     copies to the device as a whole (driver/launch.py). Described as that copy would be (dense,
-    writable, of the host array's dtype and shape, on the launcher's device) at address 0: its
-    tensor maps are validated, never encoded (:func:`is_unstaged`)."""
+    writable, of the host array's dtype and shape, on the launcher's device) at the address it would
+    have, alignment for alignment (:func:`planned_address`; 0 by default): its tensor maps are
+    validated, never encoded (:func:`is_unstaged`)."""
 
-    __slots__ = ("host",)
+    __slots__ = ("address", "host")
 
-    def __init__(self, host: np.ndarray):
-        self.host = host
+    def __init__(self, host: np.ndarray, address: int = 0):
+        self.host, self.address = host, address
+        """``address``: where the copy would be, alignment for alignment (:func:`planned_address`)."""
 
 
 def _describe_unstaged(value: Unstaged, stream: int) -> ArrayInfo:
     host = value.host
     dtype = dtype_from_numpy(native_dtype(host.dtype))  # (as DeviceBuffer.from_numpy types the copy: '>f2' f16)
-    return ArrayInfo(0, dtype, dtype or "untyped", host.shape, dlpack.compact_strides(host.shape), True, ANY_DEVICE,
-                     "cuda", False, "DeviceBuffer", None, host)
+    return ArrayInfo(value.address, dtype, dtype or "untyped", host.shape, dlpack.compact_strides(host.shape), True,
+                     ANY_DEVICE, "cuda", False, "DeviceBuffer", None, host)
 
 
 class StagedView:

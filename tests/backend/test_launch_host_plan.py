@@ -179,3 +179,67 @@ def test_tma_staging_plans_a_cpu_torch_tensor_read_through_tma_with_the_numpy_on
     assert isinstance(bound["b"], R.staging.StagedView), "the tensor was left to be staged on its own"
     assert _device_address(bound["b"]) - _device_address(bound["a"]) == 32
     assert memory.read(_device_address(bound["a"]), 96) == x[:24].tobytes()
+
+
+def _tma_and_pointer_spec(aligned16: bool) -> Any:
+    """a: read by pointer (16-byte aligned where ``aligned16``) and through a TMA map; out: written."""
+    from sparsile.backend.runtime.arguments import ParamSpec, PointerParam, ScalarParam
+    from sparsile.backend.runtime.tensormap import Swizzle, TensorMapParam
+
+    return ParamSpec((PointerParam("a", "f16", aligned16=aligned16, readonly=True),
+                      TensorMapParam("a.tmap0", "f16", (64, 64), swizzle=Swizzle.B128, readonly=True),
+                      PointerParam("out", "f16"), ScalarParam("k", "i32")), kernel_name="tma")
+
+
+def _misaligned_member() -> tuple[np.ndarray, np.ndarray]:
+    """(a, out): `a` (256, 512) f16 8 bytes into `out`'s memory (not 16-byte aligned), `out` all of it."""
+    memory = np.zeros(256 * 512 + 256, np.float16)
+    memory = memory[(-memory.ctypes.data % 256) // 2:][:256 * 512 + 8]  # (a 256-aligned start)
+    return memory[4:4 + 256 * 512].reshape(256, 512), memory
+
+
+@pytest.mark.parametrize("aligned16", [False, True])
+def test_an_empty_grid_checks_a_members_alignment_as_a_launch_that_runs(monkeypatch: pytest.MonkeyPatch,
+                                                                        aligned16: bool) -> None:
+    """`a` read through TMA (and by a pointer specialized 16-byte aligned, for a launcher built by
+    hand) shares one copy with `out`, which it overlaps in part: on the device it is 8 bytes past a
+    16-byte boundary, as on the host, which a tensor map's address (SP0714) and the pointer's
+    specialization (SP0704) refuse. A launch of an empty grid, which stages nothing, checked neither:
+    it returned where the same launch of one block was refused."""
+    from cuda.bindings import driver as cuda_driver
+
+    from sparsile.backend.runtime import launcher as launcher_module
+    from sparsile.frontend.diagnostics import LaunchError
+    from sparsile.tests.backend.test_runtime import OK, EmulatedGpu, make_launcher
+
+    gpu = EmulatedGpu(monkeypatch)
+    monkeypatch.setattr(cuda_driver, "cuMemcpyHtoDAsync", lambda *a: (OK,))  # (at an offset into the allocation)
+    encoded: list[int] = []
+    monkeypatch.setattr(launcher_module, "make_tensor_map", lambda spec, ptr, device=None, validated=False:
+                        encoded.append(ptr))
+    launcher = make_launcher(gpu, _tma_and_pointer_spec(aligned16), [8, 128, 8, 4])
+    a, out = _misaligned_member()
+    codes = []
+    for grid in ((1,), (0,)):
+        with pytest.raises(LaunchError) as exc:
+            launcher(grid, (a, a, out, 3))
+        codes.append(exc.value.code)
+        assert "16-byte aligned" in str(exc.value)
+    assert codes == ["SP0704" if aligned16 else "SP0714"] * 2 and encoded == [] and gpu.launches == []
+    launcher((0,), (out[8:8 + 256 * 512].reshape(256, 512),) * 2 + (out, 3))  # 16 bytes in: aligned, as it runs
+
+
+def test_an_empty_grids_tma_stand_in_has_the_alignment_of_its_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stand-in of a host array read through TMA for an empty grid (``Unstaged``) was described at
+    address 0, whatever the copy's address would be: a member of a copy shared with an array it
+    overlaps keeps its host address's alignment mod 256, which its tensor map and pointer checks
+    must see as a launch that runs sees its StagedView."""
+    _RawMemory(monkeypatch)
+    a, out = _misaligned_member()
+    ran: dict[str, Any] = {"a": a, "out": out, "k": 3}
+    launch._stage_tma_host_arrays(_tma_launcher(["a"], {"out"}), ran)
+    empty: dict[str, Any] = {"a": a, "out": out, "k": 3}
+    assert launch._stage_tma_host_arrays(_tma_launcher(["a"], {"out"}), empty, empty=True) == []
+    for name in ("a", "out"):
+        assert _device_address(empty[name]) % 256 == _device_address(ran[name]) % 256 == \
+            R.arguments.describe_array(locals()[name]).ptr % 256
