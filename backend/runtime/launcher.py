@@ -330,7 +330,7 @@ class Launcher:
                                      writes=writes, aligned16=aligned16, contiguous=p.contiguous)
                 ptr = self._device_pointer(name, info, writes, call)
                 if ptr & alignment_mask and call.hosts is None and info.device == HOST:
-                    raise staged_misaligned(name, info.ptr, ptr)
+                    raise staged_misaligned(name, info.ptr)
                 pack(view, offset, ptr)
                 if info.device == HOST and call.hosts is None:  # staged host array (or planned, its `dry`):
                     # derived parameters describe the device copy

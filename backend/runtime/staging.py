@@ -144,14 +144,15 @@ def planned_address(group: HostGroup, offset: int) -> int:
     return group.lo - group.lo % ALIGNMENT + group.lead + offset
 
 
-def staged_misaligned(name: str, host: int, ptr: int) -> LaunchError:
+def staged_misaligned(name: str, host: int) -> LaunchError:
     """SP0704 for a host array whose device address, in a copy shared with host arrays it overlaps
     (which keeps its host address's alignment), is not 16-byte aligned where the kernel was
     specialized assuming it (a launcher built by hand: ``kernel[grid]`` specializes a host array by
-    its address, frontend/sema/specialize.py)."""
+    its address, frontend/sema/specialize.py). In the same words for a launch of an empty grid, which
+    stages nothing (the device address is not named)."""
     return LaunchError(ARG_ALIGNMENT, f"argument `{name}` is a host array at {host:#x}, which is not 16-byte "
-                       f"aligned, staged at {ptr:#x} in one device copy with the host arrays it overlaps (keeping "
-                       "its alignment), but the kernel was specialized assuming 16-byte alignment",
+                       "aligned, staged in one device copy with the host arrays it overlaps (keeping its "
+                       "alignment), but the kernel was specialized assuming 16-byte alignment",
                        "specialize the kernel for this argument's alignment (kernel[grid](...) does), or pass a "
                        "copy that starts on a 16-byte boundary")
 

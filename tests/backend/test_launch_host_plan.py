@@ -243,3 +243,32 @@ def test_an_empty_grids_tma_stand_in_has_the_alignment_of_its_copy(monkeypatch: 
     for name in ("a", "out"):
         assert _device_address(empty[name]) % 256 == _device_address(ran[name]) % 256 == \
             R.arguments.describe_array(locals()[name]).ptr % 256
+
+
+def test_a_host_array_staged_off_the_alignment_its_pointer_was_specialized_for(monkeypatch: pytest.MonkeyPatch
+                                                                              ) -> None:
+    """SP0704 for a launcher built by hand with `a` specialized 16-byte aligned, given a host array
+    8 bytes past a boundary that shares a copy with `out` (kernel[grid] specializes a host array by
+    its address): in one wording, empty grid or not (it named the device address, which an empty
+    grid's has none of)."""
+    from cuda.bindings import driver as cuda_driver
+
+    from sparsile.frontend.diagnostics import LaunchError
+    from sparsile.tests.backend.test_runtime import OK, EmulatedGpu, make_launcher
+
+    gpu = EmulatedGpu(monkeypatch)
+    monkeypatch.setattr(cuda_driver, "cuMemcpyHtoDAsync", lambda *a: (OK,))  # (at an offset into the allocation)
+    launcher = make_launcher(gpu, _tma_and_pointer_spec(True), [8, 128, 8, 4])
+    a, out = _misaligned_member()
+    errors = []
+    for grid in ((1,), (0,)):
+        with pytest.raises(LaunchError) as exc:
+            launcher(grid, (a, a, out, 3))
+        errors.append((exc.value.code, exc.value.message, exc.value.help))
+        assert exc.value.span is not None
+    assert errors == [("SP0704", f"argument `a` is a host array at {a.ctypes.data:#x}, which is not 16-byte aligned, "
+                       "staged in one device copy with the host arrays it overlaps (keeping its alignment), but the "
+                       "kernel was specialized assuming 16-byte alignment",
+                       "specialize the kernel for this argument's alignment (kernel[grid](...) does), or pass a copy "
+                       "that starts on a 16-byte boundary")] * 2
+    assert gpu.launches == []
