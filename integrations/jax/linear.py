@@ -465,6 +465,14 @@ class SparseLinear:
         object.__setattr__(self, "in_features", in_features)
         object.__setattr__(self, "out_features", _out_features(self.out_features, self.values))
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling: a layer pickled before ``out_features`` existed (its state has no such key)
+        takes its values' rows, as a constructor would, so that it is checked for row shards and has
+        the pytree structure of a layer made now from the same weight."""
+        self.__dict__.update(state)
+        if "out_features" not in state:
+            self.__dict__["out_features"] = rows_of(self.values)
+
     def dense(self) -> np.ndarray:
         """The pruned (N_out, K) weight on the host, in the values' dtype (for checks); K is
         ``in_features`` where it is set (the padding's zero columns left out)."""

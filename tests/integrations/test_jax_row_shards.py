@@ -30,6 +30,17 @@ def _rand(shape: tuple[int, ...], seed: int) -> np.ndarray:
     return (rng.uniform(0.25, 1.0, shape) * rng.choice([-1, 1], shape)).astype(np.float32)
 
 
+class _OldPickle:
+    """Pickles as a SparseLinear pickled before out_features existed: the class and its state dict
+    (what a frozen dataclass pickles as), without that key."""
+
+    def __init__(self, state: dict[str, Any]):
+        self.state = state
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return object.__new__, (SparseLinear,), self.state
+
+
 def _layer(n: int, k: int = 32, dtype: str = "bf16") -> SparseLinear:
     """A layer of n rows with a bias and a scale_w (so every leaf has rows to shard)."""
     base = SparseLinear.from_dense(_rand((n, k), n), dtype, bias=_rand((n,), n + 1))
@@ -85,9 +96,12 @@ def test_the_layer_records_its_rows() -> None:
     assert rebuilt.out_features == 24 and rebuilt.values.shape == (12, 16)
     again = pickle.loads(pickle.dumps(layer))
     assert (again.out_features, again.in_features) == (24, 32)
-    old = SparseLinear.__new__(SparseLinear)  # a layer pickled before out_features: its rows are unknown
-    old.__dict__.update({k: v for k, v in layer.__dict__.items() if k != "out_features"})
-    assert old.out_features is None
+    # a layer pickled before out_features existed (its state has no such key) takes its values' rows, as
+    # a layer made now does: shard-checked, and of the same pytree structure (one jit cache entry, tree_map)
+    old_state = {k: v for k, v in layer.__dict__.items() if k != "out_features"}
+    old = pickle.loads(pickle.dumps(_OldPickle(old_state)))
+    assert type(old) is SparseLinear and old.out_features == 24
+    assert jax.tree_util.tree_structure(old) == jax.tree_util.tree_structure(layer)
 
 
 @pytest.mark.parametrize(("n", "devices"), [(24, 2), (56, 2), (48, 2), (64, 4)])
