@@ -491,6 +491,12 @@ b33)  # after a33: the 32-layer model in CUDA graphs with and without the gated 
         --models dense sparsile-fused sparsile-fused-noglu --json "$out/llama-glu-33.json"
     run 200 python benchmarks/bench_glu.py --activations swiglu geglu
     ;;
+a68s)  # a68 within a short budget (about 200 s): the files nearest the staging rework, and the fixed fused-graph test
+    run 170 python -m pytest -q -m gpu -n 8 --timeout 100 -rfEs --dist worksteal --junitxml="$out/junit-a68s.xml" \
+        tests/gpu/test_partial_overlap_gpu.py tests/gpu/test_torch_fuse_graph_gpu.py tests/gpu/test_host_view_aliasing_gpu.py \
+        tests/gpu/test_strided_host_gpu.py tests/gpu/test_byte_order_gpu.py tests/gpu/test_array_protocols_gpu.py \
+        tests/gpu/test_empty_grid_gpu.py tests/backend/test_host_staging.py tests/gpu/test_sparse_gemm_tile.py
+    ;;
 a68)  # after the fifty-ninth session's staging rework (host arrays overlapping in part share one device copy of
      # their union; numpy arrays specialized by address): the GPU files that pass host arrays, the new
      # partial-overlap file, and the fused-graph test fixed after a67 (about 250 s)
