@@ -382,8 +382,8 @@ def _stage_tma_host_arrays(launcher: Any, bound: dict[str, Any], empty: bool = F
         for e, offset in zip(members, group.offsets, strict=True):
             bound[e.name] = StagedView(buf, data + offset, e.array)
         for lo, hi in written_spans(group, entries):
-            back.append((host_view(lo, "u8", (hi - lo,)), StagedView(buf, data + lo - group.lo,
-                                                                     host_view(lo, "u8", (hi - lo,)))))
+            written = host_view(lo, "u8", (hi - lo,))
+            back.append((written, StagedView(buf, data + lo - group.lo, written)))
     return back
 
 
